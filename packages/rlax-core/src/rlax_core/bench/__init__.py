@@ -1,0 +1,11 @@
+"""The benchmark runner behind ``rlax bench SUITE``.
+
+A suite is a Python file ``benchmarks/<suite>.py`` with a ``run(bench)`` function. Every
+figure it reports stands beside a baseline measured in the same run, and the report
+gives their ratio: shared machines are noisy, so only same-run ratios compare.
+"""
+
+from rlax_core.bench.measure import Bench, Comparison
+from rlax_core.bench.runner import find_benchmarks_dir, list_suites, run_suite
+
+__all__ = ["Bench", "Comparison", "find_benchmarks_dir", "list_suites", "run_suite"]

@@ -1,0 +1,128 @@
+"""Measuring a subject beside its baseline, interleaved, and keeping every sample."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Comparison:
+    """One figure of the subject beside the same figure of a baseline.
+
+    Attributes:
+        name: what is measured, e.g. "publish 256 MB".
+        unit: unit of ``subject`` and ``baseline``, e.g. "s" or "GB/s".
+        higher_is_better: True for throughputs, False for times.
+        subject_label / baseline_label: what was measured on each side.
+        subject / baseline: the medians.
+        subject_samples / baseline_samples: every sample.
+    """
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    subject_label: str
+    baseline_label: str
+    subject: float
+    baseline: float
+    subject_samples: list[float] = field(default_factory=list)
+    baseline_samples: list[float] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float:
+        """How many times better the subject is than the baseline (>1: subject better)."""
+        if self.higher_is_better:
+            return self.subject / self.baseline if self.baseline else float("inf")
+        return self.baseline / self.subject if self.subject else float("inf")
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict with the ratio included."""
+        return {**asdict(self), "speedup": self.speedup}
+
+
+class Bench:
+    """What a suite's ``run(bench)`` receives: measuring tools and the results so far.
+
+    Attributes:
+        quick: a short run (CI checks that suites still work); suites use small sizes.
+        results: the comparisons recorded so far.
+        notes: free-form facts the suite wants in the report (sizes, versions).
+    """
+
+    def __init__(self, *, quick: bool = False) -> None:
+        self.quick = quick
+        self.results: list[Comparison] = []
+        self.notes: dict[str, Any] = {}
+
+    def time(
+        self,
+        name: str,
+        subject: Callable[[], Any],
+        baseline: Callable[[], Any],
+        *,
+        subject_label: str = "rlax",
+        baseline_label: str,
+        repeats: int = 5,
+        warmup: int = 1,
+        work: float | None = None,
+        work_unit: str = "items",
+    ) -> Comparison:
+        """Times ``subject`` and ``baseline`` alternately, ``repeats`` times each.
+
+        Alternating (ABAB...) spreads the machine's noise over both sides evenly.
+
+        Args:
+            work: amount of work one call does (bytes, items); if given, the figures are
+                throughputs in ``work_unit``/s, else seconds per call.
+        """
+        for _ in range(warmup):
+            subject()
+            baseline()
+        s_times: list[float] = []
+        b_times: list[float] = []
+        for _ in range(1 if self.quick else repeats):
+            s_times.append(_timed(subject))
+            b_times.append(_timed(baseline))
+        if work is None:
+            comparison = Comparison(
+                name, "s", False, subject_label, baseline_label,
+                statistics.median(s_times), statistics.median(b_times), s_times, b_times,
+            )  # fmt: skip
+        else:
+            s_rates = [work / t for t in s_times]
+            b_rates = [work / t for t in b_times]
+            comparison = Comparison(
+                name, f"{work_unit}/s", True, subject_label, baseline_label,
+                statistics.median(s_rates), statistics.median(b_rates), s_rates, b_rates,
+            )  # fmt: skip
+        self.results.append(comparison)
+        return comparison
+
+    def record(
+        self,
+        name: str,
+        *,
+        subject: float,
+        baseline: float,
+        unit: str,
+        higher_is_better: bool,
+        subject_label: str = "rlax",
+        baseline_label: str,
+    ) -> Comparison:
+        """Records a pair of figures the suite measured itself (same run, both sides)."""
+        comparison = Comparison(
+            name, unit, higher_is_better, subject_label, baseline_label, subject, baseline,
+            [subject], [baseline],
+        )  # fmt: skip
+        self.results.append(comparison)
+        return comparison
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start

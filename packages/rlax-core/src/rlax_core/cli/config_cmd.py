@@ -1,0 +1,45 @@
+"""``rlax config schema`` and ``rlax config check FILE``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rlax_core.config.loading import load_run_config
+from rlax_core.plugins.manager import load_registry
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Adds the ``config`` subcommand and its actions."""
+    sub = commands.add_parser(
+        "config", help="run-config schema and validation", description="Run-config tools."
+    )
+    actions = sub.add_subparsers(dest="action", metavar="ACTION", required=True)
+    schema = actions.add_parser(
+        "schema", help="print the JSON schema of run configs (with installed plugins)"
+    )
+    schema.set_defaults(handler=run_schema)
+    check = actions.add_parser("check", help="validate a run config file")
+    check.add_argument("file", help="YAML run config")
+    check.set_defaults(handler=run_check)
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    """Prints the JSON schema of the RunConfig model for the installed plugins."""
+    model = load_registry().run_config_model()
+    print(json.dumps(model.model_json_schema(), indent=2))
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Validates a file; errors raise ConfigError (exit 2)."""
+    config = load_run_config(args.file)
+    plugins = [f"transport={config.transport.type}"]
+    if config.verifier is not None:
+        plugins.append(f"judge={config.verifier.judge.type}")
+        if config.verifier.sandbox is not None:
+            plugins.append(f"sandbox={config.verifier.sandbox.type}")
+    if config.launcher is not None:
+        plugins.append(f"launcher={config.launcher.type}")
+    print(f"{args.file}: valid run config ({', '.join(plugins)})")
+    return 0

@@ -1,0 +1,6 @@
+"""The run config: pydantic models, YAML loading and error messages."""
+
+from rlax_core.config.loading import load_run_config, validate_run_config
+from rlax_core.config.run_config import RunConfigBase, make_run_config_model
+
+__all__ = ["RunConfigBase", "load_run_config", "make_run_config_model", "validate_run_config"]

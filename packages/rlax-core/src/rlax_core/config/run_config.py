@@ -1,0 +1,139 @@
+"""The run config model, assembled from the fixed sections and the installed plugins.
+
+Plugin sections (``transport``, ``verifier.judge``, ``verifier.sandbox``, ``launcher``)
+are discriminated unions on ``type`` over the config classes that plugins registered,
+so ``rlax config schema`` and validation always match what is installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
+
+from rlax_core.config.sections import (
+    AlgorithmSection,
+    ModelSection,
+    RolloutSection,
+    RunSection,
+    StalenessSection,
+    TrainerSection,
+)
+
+if TYPE_CHECKING:
+    from rlax_core.plugins.registry import Registry
+
+PLUGIN_KIND_KEY = "x-rlax-plugin-kind"
+_GROUP_ADVANTAGES = ("grpo", "dr_grpo", "rloo")
+
+
+class RunConfigBase(BaseModel):
+    """An RLAX run: what to train, how to sample and judge, and where it runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run: RunSection = Field(default_factory=RunSection, description="Run identity and seed.")
+    model: ModelSection = Field(
+        default_factory=lambda: ModelSection(preset="tiny"), description="The policy model."
+    )
+    rollout: RolloutSection = Field(default_factory=RolloutSection, description="Sampling.")
+    staleness: StalenessSection = Field(
+        default_factory=StalenessSection, description="Staleness bound (on/off-policy)."
+    )
+    algorithm: AlgorithmSection = Field(
+        default_factory=AlgorithmSection, description="Advantage estimator and policy loss."
+    )
+    trainer: TrainerSection = Field(default_factory=TrainerSection, description="Optimiser.")
+
+    @model_validator(mode="after")
+    def _groups_fit_the_advantage(self) -> RunConfigBase:
+        if self.algorithm.advantage in _GROUP_ADVANTAGES and self.rollout.samples_per_prompt < 2:
+            raise ValueError(
+                f"algorithm.advantage {self.algorithm.advantage!r} compares the completions of "
+                f"one prompt, but rollout.samples_per_prompt is "
+                f"{self.rollout.samples_per_prompt}; use samples_per_prompt ≥ 2 or "
+                "advantage 'reinforce'"
+            )
+        return self
+
+
+def plugin_field(
+    registry: Registry, kind: str, *, default: Any, description: str
+) -> tuple[Any, Any]:
+    """The (annotation, FieldInfo) of a config field selecting one plugin of ``kind``.
+
+    ``default`` is ``...`` for a required field, None for an optional one, or a factory.
+    """
+    members = tuple(r.config_cls for r in registry.all() if r.kind == kind)
+    extra = {PLUGIN_KIND_KEY: kind}
+    if members:
+        annotation: Any = Annotated[Union[members], Field(discriminator="type")]  # noqa: UP007
+    else:
+        annotation = Annotated[Any, BeforeValidator(_none_installed(kind))]
+    if default is ...:
+        info = Field(description=description, json_schema_extra=extra)
+    elif default is None:
+        annotation = annotation | None
+        info = Field(default=None, description=description, json_schema_extra=extra)
+    else:
+        info = Field(default_factory=default, description=description, json_schema_extra=extra)
+    return annotation, info
+
+
+def _none_installed(kind: str) -> Any:
+    def fail(value: Any) -> Any:
+        if value is None:
+            return value
+        raise ValueError(
+            f"no {kind} plugins are installed, so this section cannot be used; install one "
+            "(e.g. pip install rlax-verifiers) and check with `rlax plugins`"
+        )
+
+    return fail
+
+
+def make_run_config_model(registry: Registry) -> type[RunConfigBase]:
+    """Builds the RunConfig model for the plugins in ``registry``."""
+    verifier = create_model(
+        "VerifierSection",
+        __config__=ConfigDict(extra="forbid"),
+        __doc__="How completions are judged: a judge, and the sandbox it runs code in.",
+        judge=plugin_field(
+            registry,
+            "judge",
+            default=...,
+            description="The judge (reward function) that decides each completion's verdict.",
+        ),
+        sandbox=plugin_field(
+            registry,
+            "sandbox",
+            default=None,
+            description="Where code is executed, for judges that run code.",
+        ),
+    )
+    default_transport = (
+        (lambda: registry.get("transport", "inproc").config_cls())
+        if "inproc" in registry.names("transport")
+        else None
+    )
+    return create_model(
+        "RunConfig",
+        __base__=RunConfigBase,
+        __doc__=RunConfigBase.__doc__,
+        transport=plugin_field(
+            registry,
+            "transport",
+            default=default_transport,
+            description="How processes share weights and queues (default: inproc).",
+        ),
+        verifier=(
+            verifier | None,
+            Field(default=None, description="How completions are judged."),
+        ),
+        launcher=plugin_field(
+            registry,
+            "launcher",
+            default=None,
+            description="Where the run's processes are placed (default: this process).",
+        ),
+    )

@@ -1,0 +1,152 @@
+"""The fixed sections of a run config (the plugin sections are built from the registry).
+
+Every field says what it counts: ``prompts_per_step`` counts prompts, ``samples_per_prompt``
+completions per prompt, ``max_new_tokens`` tokens per completion. There is no bare
+``batch_size`` anywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Section(BaseModel):
+    """A config section: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunSection(Section):
+    """Identity and reproducibility of the run."""
+
+    name: str = Field(
+        default="rlax-run",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Name of the run; the default run directory is runs/<name>.",
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of every RNG stream of the run.")
+    run_dir: str | None = Field(
+        default=None,
+        description="Directory for checkpoints, metrics and logs (default: runs/<name>).",
+    )
+
+
+class ModelSection(Section):
+    """The policy model: a named size or a local Hugging Face checkpoint directory."""
+
+    preset: str | None = Field(
+        default=None,
+        description="Named model size, e.g. 'tiny' or 'qwen2_5_0_5b' (random initialisation).",
+    )
+    path: str | None = Field(
+        default=None,
+        description="Local directory with config.json, *.safetensors and tokenizer.json.",
+    )
+    dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Parameter dtype.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSection:
+        if self.path is not None and self.preset is not None:
+            raise ValueError(
+                f"model.preset ({self.preset!r}) and model.path ({self.path!r}) are both set; "
+                "give one of them"
+            )
+        if self.path is None and self.preset is None:
+            raise ValueError("give model.preset (a named size) or model.path (a checkpoint)")
+        return self
+
+
+class RolloutSection(Section):
+    """How inference workers sample."""
+
+    prompts_per_step: int = Field(
+        default=8, ge=1, description="Prompts (groups) in one training step's batch."
+    )
+    samples_per_prompt: int = Field(
+        default=8, ge=1, description="Completions sampled per prompt (the group size)."
+    )
+    max_new_tokens: int = Field(
+        default=256, ge=1, description="Most tokens generated per completion."
+    )
+    temperature: float = Field(
+        default=1.0, ge=0.0, description="Sampling temperature; 0 is greedy."
+    )
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1: off).")
+    top_k: int = Field(default=0, ge=0, description="Keep the k most likely tokens (0: off).")
+    workers: int = Field(default=1, ge=1, description="Inference workers.")
+
+
+class StalenessSection(Section):
+    """How old a rollout's policy version may be when it is trained on."""
+
+    max_staleness: int = Field(
+        default=1,
+        ge=0,
+        description="k: the trainer at version v trains only on rollouts of versions ≥ v - k "
+        "(0: synchronous on-policy).",
+    )
+    pull_every: int = Field(
+        default=1, ge=1, description="Workers pull new weights every this many versions."
+    )
+
+    @model_validator(mode="after")
+    def _pull_often_enough(self) -> StalenessSection:
+        if self.pull_every > self.max_staleness + 1:
+            raise ValueError(
+                f"pull_every ({self.pull_every}) exceeds max_staleness + 1 "
+                f"({self.max_staleness + 1}): workers would hold weights too stale to train "
+                "on; lower pull_every or raise max_staleness"
+            )
+        return self
+
+
+class AlgorithmSection(Section):
+    """The RL objective."""
+
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce"] = Field(
+        default="grpo", description="Advantage estimator."
+    )
+    loss: Literal["ppo_clip", "gspo", "reinforce"] = Field(
+        default="ppo_clip", description="Policy loss."
+    )
+    clip_low: float = Field(
+        default=0.2, ge=0.0, description="Lower PPO clip: ratio ≥ 1 - clip_low."
+    )
+    clip_high: float = Field(
+        default=0.28,
+        ge=0.0,
+        description="Upper PPO clip (DAPO clip-higher): ratio ≤ 1 + clip_high.",
+    )
+    kl_coef: float = Field(
+        default=0.0, ge=0.0, description="Weight of the KL to the reference model."
+    )
+    entropy_coef: float = Field(default=0.0, ge=0.0, description="Weight of the entropy bonus.")
+    importance_ratio_cap: float = Field(
+        default=2.0,
+        ge=1.0,
+        description="Truncation of the behaviour importance ratio for stale rollouts.",
+    )
+
+
+class TrainerSection(Section):
+    """The optimiser and the step budget."""
+
+    total_steps: int = Field(default=100, ge=1, description="Training steps of the run.")
+    learning_rate: float = Field(default=1e-5, gt=0.0, description="Peak learning rate.")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warm-up steps.")
+    schedule: Literal["constant", "cosine"] = Field(
+        default="constant", description="Learning-rate schedule after warm-up."
+    )
+    weight_decay: float = Field(default=0.0, ge=0.0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(default=1.0, gt=0.0, description="Global gradient-norm clip.")
+
+    @model_validator(mode="after")
+    def _warmup_fits(self) -> TrainerSection:
+        if self.warmup_steps >= self.total_steps:
+            raise ValueError(
+                f"warmup_steps ({self.warmup_steps}) must be less than total_steps "
+                f"({self.total_steps})"
+            )
+        return self

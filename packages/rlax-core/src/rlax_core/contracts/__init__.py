@@ -1,0 +1,20 @@
+"""The interfaces that plugins implement. Each module states its guarantees."""
+
+from rlax_core.contracts.launcher import Launcher, ProcessStatus, RenderedArtifact
+from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
+from rlax_core.contracts.queue import Queue
+from rlax_core.contracts.transport import Transport
+from rlax_core.contracts.verifier import Judge, Program, SandboxBackend
+
+__all__ = [
+    "FetchedParameters",
+    "Judge",
+    "Launcher",
+    "ParameterStore",
+    "ProcessStatus",
+    "Program",
+    "Queue",
+    "RenderedArtifact",
+    "SandboxBackend",
+    "Transport",
+]

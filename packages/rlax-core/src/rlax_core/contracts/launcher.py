@@ -1,0 +1,55 @@
+"""Launchers: turn a run config into running processes, or into rendered manifests."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from rlax_core.types.record import Record
+
+
+class RenderedArtifact(Record):
+    """One thing a launcher would create: a command line, a script or a manifest."""
+
+    kind: Literal["command", "script", "manifest"] = Field(description="What this is.")
+    name: str = Field(description="Short name, e.g. 'trainer' or 'jobset.yaml'.")
+    content: str = Field(description="The exact command, script text or YAML.")
+
+
+class ProcessStatus(Record):
+    """The state of one process (or pod) of a run."""
+
+    role: Literal["transport", "trainer", "worker", "verifier", "controller"] = Field(
+        description="What the process does in the run."
+    )
+    name: str = Field(description="Unique name within the run, e.g. 'worker-2'.")
+    state: Literal["starting", "running", "restarting", "stopped", "failed"] = Field(
+        description="Lifecycle state."
+    )
+    pid: int | None = Field(default=None, description="OS process id, where there is one.")
+    restarts: int = Field(default=0, ge=0, description="Times the process was restarted.")
+    policy_version: int | None = Field(default=None, description="Weights it holds.")
+    throughput: dict[str, Any] = Field(default_factory=dict, description="Role-specific rates.")
+
+
+class Launcher(ABC):
+    """Places a run on machines and reports on it."""
+
+    @abstractmethod
+    def render(self, run_config: Any, run_dir: Path) -> list[RenderedArtifact]:
+        """What :meth:`launch` would do, without doing it (``--dry-run``)."""
+
+    @abstractmethod
+    def launch(self, run_config: Any, run_dir: Path) -> None:
+        """Starts the run; returns when it has finished or was stopped."""
+
+    @abstractmethod
+    def status(self, run_dir: Path) -> list[ProcessStatus]:
+        """The state of every process the launcher started for the run in ``run_dir``."""
+
+    @abstractmethod
+    def stop(self, run_dir: Path) -> None:
+        """Stops everything the launcher started for the run, and nothing else."""

@@ -1,0 +1,64 @@
+"""The exceptions RLAX raises on purpose.
+
+Every error a user can cause (a bad config, an unreachable server, a corrupted weight
+chunk) is an :class:`RlaxError` whose message names what is wrong and what to do. The
+CLI prints such an error in one message, without a traceback, and exits with
+:attr:`RlaxError.exit_code`. Anything else that escapes is a bug in RLAX.
+"""
+
+from __future__ import annotations
+
+
+class RlaxError(Exception):
+    """Base of all deliberate RLAX errors.
+
+    Attributes:
+        exit_code: the process exit status the CLI uses for this error.
+    """
+
+    exit_code = 1
+
+
+class ConfigError(RlaxError):
+    """A run config (or a CLI argument) is invalid; nothing was started."""
+
+    exit_code = 2
+
+
+class PluginError(RlaxError):
+    """A plugin failed to load, or two plugins claim the same name."""
+
+    exit_code = 2
+
+
+class NotBuiltError(RlaxError):
+    """A command or feature that this version of RLAX does not have yet."""
+
+    exit_code = 3
+
+
+class TransportError(RlaxError):
+    """A parameter store or queue operation failed."""
+
+
+class TransportClosedError(TransportError):
+    """The store or queue was closed, or its connection is gone for good."""
+
+
+class ChecksumMismatchError(TransportError):
+    """Bytes read back do not match the checksum recorded when they were written.
+
+    The data is never used: the reader must fetch again (or another version).
+    """
+
+
+class VersionNotFoundError(TransportError):
+    """The requested policy version was never published or has been evicted."""
+
+
+class VersionConflictError(TransportError):
+    """A publish used a version number that is not newer than the latest one."""
+
+
+class LeaseExpiredError(TransportError):
+    """An ack or extend came after the lease ran out; the item was handed back."""

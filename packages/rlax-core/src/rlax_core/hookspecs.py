@@ -1,0 +1,79 @@
+"""The hooks through which plugins add transports, sandboxes, judges and launchers.
+
+A plugin is a module (found through an ``rlax`` entry point) with functions marked
+``@hookimpl`` whose names match the hooks below. Each hook is called exactly once per
+plugin, when the plugin manager is built, with a ``register`` callback::
+
+    from rlax_core.hookspecs import hookimpl
+
+    @hookimpl
+    def register_judges(register):
+        register("exact_match", make_exact_match_judge, ExactMatchConfig)
+
+``register(name, factory, config_cls)``:
+
+* ``name`` is what a run config writes as ``type:`` (lowercase letters, digits, ``-``,
+  ``_``). A name registered twice for the same kind is an error naming both packages.
+* ``config_cls`` is a pydantic model of the plugin's settings; every field needs a
+  ``description``. RLAX adds the ``type`` field and forbids unknown keys.
+* ``factory(config, context)`` builds the implementation from a validated
+  ``config_cls`` instance and a :class:`rlax_core.plugins.BuildContext`.
+
+Results are not combined: hooks return nothing; core owns the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import pluggy
+from pydantic import BaseModel
+
+hookspec = pluggy.HookspecMarker("rlax")
+hookimpl = pluggy.HookimplMarker("rlax")
+
+
+class Register(Protocol):
+    """The callback a hook receives; see the module docstring."""
+
+    def __call__(
+        self, name: str, factory: Callable[[Any, Any], Any], config_cls: type[BaseModel]
+    ) -> None: ...
+
+
+@hookspec
+def register_transports(register: Register) -> None:
+    """Registers transports: factories returning a :class:`rlax_core.contracts.Transport`.
+
+    Called once per plugin when the plugin manager is built. The run config selects one
+    with ``transport: {type: NAME, ...}``.
+    """
+
+
+@hookspec
+def register_sandboxes(register: Register) -> None:
+    """Registers sandbox backends: factories returning a ``SandboxBackend``.
+
+    Called once per plugin when the plugin manager is built. The run config selects one
+    with ``verifier: {sandbox: {type: NAME, ...}}``.
+    """
+
+
+@hookspec
+def register_judges(register: Register) -> None:
+    """Registers judges (reward functions): factories returning a ``Judge``.
+
+    Called once per plugin when the plugin manager is built. The run config selects one
+    with ``verifier: {judge: {type: NAME, ...}}``. A judge that runs code builds its
+    sandbox through ``context.build_sandbox()``.
+    """
+
+
+@hookspec
+def register_launchers(register: Register) -> None:
+    """Registers launchers: factories returning a :class:`~rlax_core.contracts.Launcher`.
+
+    Called once per plugin when the plugin manager is built. The run config selects one
+    with ``launcher: {type: NAME, ...}``.
+    """

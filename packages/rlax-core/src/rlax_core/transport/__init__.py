@@ -1,0 +1,1 @@
+"""Transports built into rlax-core (networked ones are plugins)."""

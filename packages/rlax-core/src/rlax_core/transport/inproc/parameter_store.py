@@ -1,0 +1,219 @@
+"""The in-process parameter store: versions held in host memory, shared by threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
+from rlax_core.errors import (
+    ChecksumMismatchError,
+    TransportClosedError,
+    VersionConflictError,
+    VersionNotFoundError,
+)
+from rlax_core.tensors import as_host_array, manifest_checksum, tensor_checksum, tensor_checksums
+from rlax_core.types.policy import PolicyVersion, TensorInfo
+
+
+class _SharedVersions:
+    """The versions all clients of one in-process store see, under one condition."""
+
+    def __init__(self, keep_last: int) -> None:
+        self.keep_last = keep_last
+        self.changed = threading.Condition()
+        self.versions: OrderedDict[int, tuple[PolicyVersion, dict[str, np.ndarray]]] = OrderedDict()
+        self.newest_ever = -1
+
+
+class InProcParameterStore(ParameterStore):
+    """Keeps the last ``keep_last`` versions in memory.
+
+    Publishing copies each array once (the caller may reuse or donate its buffers);
+    fetching hands out read-only views of that copy, so any number of readers share one
+    copy (zero-copy reads). Checksums are still verified on every fetch: memory can be
+    corrupted, and the contract makes no exception for the embedded transport.
+
+    Every thread may share one instance; :meth:`client` gives a separately closable
+    handle on the same versions.
+
+    Args:
+        keep_last: how many versions to retain (at least 1).
+        verify_checksums: verify tensor checksums on fetch (the contract requires it; turn
+            off only to measure its cost).
+    """
+
+    def __init__(
+        self,
+        keep_last: int = 2,
+        *,
+        verify_checksums: bool = True,
+        _shared: _SharedVersions | None = None,
+    ) -> None:
+        if keep_last < 1:
+            raise ValueError(f"keep_last must be at least 1, got {keep_last}")
+        self._shared = _shared or _SharedVersions(keep_last)
+        self._verify = verify_checksums
+        self._closed = False
+
+    def client(self) -> InProcParameterStore:
+        """Another client of the same versions; closing one client leaves the others open."""
+        return InProcParameterStore(verify_checksums=self._verify, _shared=self._shared)
+
+    def publish(
+        self,
+        version: int,
+        params: Mapping[str, Any],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> PolicyVersion:
+        self._check_open()
+        if not isinstance(version, int) or version < 0:
+            raise ValueError(f"version must be a non-negative int, got {version!r}")
+        if not params:
+            raise ValueError("a policy version needs at least one tensor; params is empty")
+        with self._shared.changed:
+            if version <= self._shared.newest_ever:
+                raise VersionConflictError(
+                    f"cannot publish version {version}: version {self._shared.newest_ever} was "
+                    "already published and versions are never reused"
+                )
+        # Copy and hash outside the lock: readers of older versions are not held up.
+        arrays: dict[str, np.ndarray] = {}
+        for name, value in params.items():
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"parameter names must be non-empty strings, got {name!r}")
+            host = as_host_array(name, value)
+            # Own the bytes: the caller may mutate its array or donate a JAX buffer later.
+            # A device-to-host transfer already produced a private copy; don't make two.
+            arrays[name] = host if host.flags.owndata and host is not value else host.copy()
+        digests = tensor_checksums(arrays)
+        tensors = tuple(
+            TensorInfo(
+                name=name,
+                dtype=a.dtype.name,
+                shape=a.shape,
+                nbytes=a.nbytes,
+                checksum=digests[name],
+            )
+            for name, a in arrays.items()
+        )
+        info = PolicyVersion(
+            version=version,
+            tensors=tensors,
+            metadata=dict(metadata or {}),
+            created_at=time.time(),
+            checksum=manifest_checksum([(t.name, t.dtype, t.shape, t.checksum) for t in tensors]),
+        )
+        with self._shared.changed:
+            self._check_open()
+            if version <= self._shared.newest_ever:  # another thread published meanwhile
+                raise VersionConflictError(
+                    f"cannot publish version {version}: version {self._shared.newest_ever} was "
+                    "published concurrently"
+                )
+            self._shared.versions[version] = (info, arrays)
+            self._shared.newest_ever = version
+            while len(self._shared.versions) > self._shared.keep_last:
+                self._shared.versions.popitem(last=False)
+            self._shared.changed.notify_all()
+        return info
+
+    def latest(self) -> PolicyVersion | None:
+        with self._shared.changed:
+            self._check_open()
+            if not self._shared.versions:
+                return None
+            return next(reversed(self._shared.versions.values()))[0]
+
+    def versions(self) -> list[int]:
+        with self._shared.changed:
+            self._check_open()
+            return list(self._shared.versions)
+
+    def fetch(
+        self,
+        version: int | None = None,
+        names: Iterable[str] | None = None,
+        out: Mapping[str, np.ndarray] | None = None,
+    ) -> FetchedParameters:
+        with self._shared.changed:
+            self._check_open()
+            if version is None:
+                if not self._shared.versions:
+                    raise VersionNotFoundError("no policy version has been published yet")
+                version = next(reversed(self._shared.versions))
+            entry = self._shared.versions.get(version)
+            if entry is None:
+                raise VersionNotFoundError(
+                    f"policy version {version} is not in the store (retained: "
+                    f"{list(self._shared.versions) or 'none'})"
+                )
+        # Holding references keeps the arrays alive even if the version is evicted now.
+        info, stored = entry
+        if info.expected_checksum() != info.checksum:
+            raise ChecksumMismatchError(f"the manifest of version {version} is corrupted")
+        wanted = list(info.names if names is None else names)
+        missing = [n for n in wanted if n not in stored]
+        if missing:
+            raise KeyError(f"version {version} has no tensor(s) {missing}; it has {info.names}")
+        result: dict[str, np.ndarray] = {}
+        for name in wanted:
+            array = stored[name]
+            if self._verify and tensor_checksum(array) != info.tensor(name).checksum:
+                raise ChecksumMismatchError(
+                    f"tensor {name!r} of version {version} does not match its checksum; "
+                    "the stored bytes are corrupted"
+                )
+            if out is not None and name in out:
+                result[name] = _copy_into(out[name], array, name)
+            else:
+                view = array.view()
+                view.flags.writeable = False
+                result[name] = view
+        return FetchedParameters(version=info, arrays=result)
+
+    def wait_for_newer(self, than: int | None, timeout: float | None) -> PolicyVersion | None:
+        floor = -1 if than is None else than
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._shared.changed:
+            while True:
+                self._check_open()
+                if self._shared.versions and next(reversed(self._shared.versions)) > floor:
+                    return next(reversed(self._shared.versions.values()))[0]
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._shared.changed.wait(remaining)
+
+    def close(self) -> None:
+        with self._shared.changed:
+            self._closed = True
+            self._shared.changed.notify_all()
+
+    def corrupt_for_test(self, version: int, name: str) -> None:
+        """Flips one stored byte of a tensor, as a memory fault would (contract tests)."""
+        with self._shared.changed:
+            array = self._shared.versions[version][1][name]
+        flat = array.reshape(-1).view(np.uint8)
+        flat[flat.size // 2] ^= 0xFF
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransportClosedError("the in-process parameter store is closed")
+
+
+def _copy_into(dest: np.ndarray, src: np.ndarray, name: str) -> np.ndarray:
+    if dest.dtype != src.dtype or dest.shape != src.shape:
+        raise ValueError(
+            f"out[{name!r}] is {dest.dtype}{list(dest.shape)}, but the tensor is "
+            f"{src.dtype}{list(src.shape)}"
+        )
+    if not dest.flags.c_contiguous or not dest.flags.writeable:
+        raise ValueError(f"out[{name!r}] must be a writable C-contiguous array")
+    np.copyto(dest, src)
+    return dest

@@ -1,0 +1,64 @@
+"""The ``inproc`` transport: store and queues in this process's memory (the embedded default)."""
+
+from __future__ import annotations
+
+import threading
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlax_core.contracts.transport import Transport
+from rlax_core.transport.inproc.parameter_store import InProcParameterStore
+from rlax_core.transport.inproc.queue import InProcQueue
+
+
+class InProcTransportConfig(BaseModel):
+    """Trainer and workers are threads of one process and share memory. No services."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep_versions: int = Field(
+        default=2, ge=1, description="Policy versions the parameter store retains."
+    )
+    dedupe_window_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Seconds an acked item id is remembered, so a duplicate put is ignored.",
+    )
+    max_deliveries: int | None = Field(
+        default=None,
+        ge=1,
+        description="Drop a queue item after this many deliveries without an ack (null: never).",
+    )
+
+
+class InProcTransport(Transport):
+    """One parameter store and a set of named queues, shared by the threads of a process.
+
+    Closing the transport closes the store and queues it handed out; clients made with
+    their ``client()`` methods stay open.
+    """
+
+    def __init__(self, config: InProcTransportConfig | None = None) -> None:
+        self._config = config or InProcTransportConfig()
+        self._store = InProcParameterStore(keep_last=self._config.keep_versions)
+        self._queues: dict[str, InProcQueue] = {}
+        self._lock = threading.Lock()
+
+    def parameter_store(self) -> InProcParameterStore:
+        return self._store
+
+    def queue(self, name: str) -> InProcQueue:
+        with self._lock:
+            if name not in self._queues:
+                self._queues[name] = InProcQueue(
+                    name,
+                    dedupe_window_s=self._config.dedupe_window_s,
+                    max_deliveries=self._config.max_deliveries,
+                )
+            return self._queues[name]
+
+    def close(self) -> None:
+        self._store.close()
+        with self._lock:
+            for queue in self._queues.values():
+                queue.close()

@@ -1,0 +1,69 @@
+"""What inference workers receive (prompt groups) and send back (rollout groups)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from rlax_core.types.record import Record
+from rlax_core.types.verdict import Verdict
+
+
+class PromptGroup(Record):
+    """One prompt to be sampled ``samples_per_prompt`` times by one worker."""
+
+    group_id: str = Field(description="Unique id of this group; rollout ids derive from it.")
+    prompt_id: str = Field(description="Id of the dataset example.")
+    prompt_tokens: tuple[int, ...] = Field(description="Token ids of the formatted prompt.")
+    problem: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What the judge needs (answer, tests), never shown to the model.",
+    )
+    samples_per_prompt: int = Field(ge=1, description="Completions to sample for this prompt.")
+    min_policy_version: int = Field(
+        default=0,
+        ge=0,
+        description="Oldest policy version whose rollouts can still be trained on.",
+    )
+
+
+class Rollout(Record):
+    """One completion with everything the trainer needs to learn from it."""
+
+    rollout_id: str = Field(description="Unique id; the trainer trains on it at most once.")
+    completion_tokens: tuple[int, ...] = Field(description="Sampled token ids.")
+    behaviour_logprobs: tuple[float, ...] = Field(
+        description="Per token, log-probability under the distribution it was sampled from."
+    )
+    policy_logprobs: tuple[float, ...] | None = Field(
+        default=None, description="Per token, log-probability under the untruncated policy."
+    )
+    finish_reason: Literal["stop", "length"] = Field(description="Why sampling ended.")
+    reward: float = Field(description="Scalar reward from the judge.")
+    verdict: Verdict | None = Field(default=None, description="The judge's full verdict.")
+
+    @model_validator(mode="after")
+    def _lengths_agree(self) -> Rollout:
+        n = len(self.completion_tokens)
+        if len(self.behaviour_logprobs) != n:
+            raise ValueError(
+                f"behaviour_logprobs has {len(self.behaviour_logprobs)} entries for {n} tokens"
+            )
+        if self.policy_logprobs is not None and len(self.policy_logprobs) != n:
+            raise ValueError(
+                f"policy_logprobs has {len(self.policy_logprobs)} entries for {n} tokens"
+            )
+        return self
+
+
+class RolloutGroup(Record):
+    """All completions of one prompt group, sampled with one policy version."""
+
+    group_id: str = Field(description="The PromptGroup this answers.")
+    prompt_id: str = Field(description="Id of the dataset example.")
+    prompt_tokens: tuple[int, ...] = Field(description="Token ids of the prompt.")
+    policy_version: int = Field(ge=0, description="The one version that produced every sample.")
+    worker_id: str = Field(description="The inference worker that produced it.")
+    rollouts: tuple[Rollout, ...] = Field(min_length=1, description="The completions.")
+    generation_s: float = Field(default=0.0, ge=0, description="Time spent sampling.")

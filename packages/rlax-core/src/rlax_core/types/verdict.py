@@ -1,0 +1,68 @@
+"""Verdicts (what a judge decides) and execution results (what a sandbox observed).
+
+A sandbox backend only runs code and reports raw :class:`ExecutionResult` values; a
+judge, outside the sandbox, turns them into a :class:`Verdict`. Expected outputs never
+enter the sandbox.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from rlax_core.types.record import Record
+
+
+class VerdictStatus(StrEnum):
+    """The outcome of judging one completion (or one test case of it)."""
+
+    AC = "AC"  # accepted
+    WA = "WA"  # wrong answer
+    TLE = "TLE"  # time limit exceeded
+    MLE = "MLE"  # memory limit exceeded
+    RE = "RE"  # runtime error
+    CE = "CE"  # compile error (or no code found)
+    OLE = "OLE"  # output limit exceeded
+    SE = "SE"  # sandbox / infrastructure error: retried and reported, never a silent 0
+
+
+class TestOutcome(Record):
+    """The verdict of one test case."""
+
+    __test__ = False  # not a pytest test class
+
+    verdict: VerdictStatus = Field(description="Outcome of this test case.")
+    time_s: float | None = Field(default=None, ge=0, description="Wall time of the run.")
+    memory_mb: float | None = Field(default=None, ge=0, description="Peak resident memory.")
+    message: str = Field(default="", description="Short human-readable detail.")
+
+
+class Verdict(Record):
+    """The judgement of one completion of one problem."""
+
+    status: VerdictStatus = Field(description="Overall outcome.")
+    reward: float = Field(description="Scalar reward given to the RL loop.")
+    tests: tuple[TestOutcome, ...] = Field(default=(), description="Per-test outcomes, if any.")
+    message: str = Field(default="", description="Short human-readable detail.")
+
+
+class ExecutionResult(Record):
+    """What a sandbox observed running one program on one input. No judgement.
+
+    Output streams are capped; ``*_truncated`` says whether the cap was hit.
+    """
+
+    stdout: str = Field(default="", description="Captured stdout (UTF-8, invalid bytes replaced).")
+    stdout_truncated: bool = Field(default=False, description="stdout exceeded its byte cap.")
+    stderr: str = Field(default="", description="Captured stderr (UTF-8, invalid bytes replaced).")
+    stderr_truncated: bool = Field(default=False, description="stderr exceeded its byte cap.")
+    exit_code: int | None = Field(default=None, description="Exit status; None if signalled.")
+    signal: int | None = Field(default=None, description="Terminating signal number, if any.")
+    wall_s: float = Field(default=0.0, ge=0, description="Wall-clock time.")
+    cpu_s: float = Field(default=0.0, ge=0, description="User + system CPU time.")
+    peak_memory_mb: float = Field(default=0.0, ge=0, description="Peak resident memory.")
+    timed_out: bool = Field(default=False, description="Killed from outside at the wall limit.")
+    sandbox_error: str | None = Field(
+        default=None, description="Set when the sandbox itself failed (the program's fault or not)."
+    )

@@ -1,0 +1,76 @@
+"""The benchmark runner: suites, same-run baselines, ratios, JSON results."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from rlax_core.bench import Bench
+from rlax_core.cli.main import main
+
+SUITE = '''\
+"""A toy suite: sleeping less is faster."""
+import time
+
+def run(bench):
+    bench.time("nap", lambda: time.sleep(0.01), lambda: time.sleep(0.03),
+               baseline_label="longer nap", repeats=3)
+    bench.record("items", subject=200.0, baseline=100.0, unit="items/s",
+                 higher_is_better=True, baseline_label="half")
+'''
+
+
+@pytest.fixture
+def bench_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "benchmarks"
+    folder.mkdir()
+    (folder / "toy.py").write_text(SUITE)
+    return folder
+
+
+def test_a_suite_writes_json_with_ratios(
+    bench_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "toy.json"
+    assert main(["bench", "toy", "--dir", str(bench_dir), "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["suite"] == "toy"
+    nap, items = report["results"]
+    assert nap["unit"] == "s" and len(nap["subject_samples"]) == 3
+    assert nap["speedup"] > 1.5  # 10 ms against 30 ms
+    assert items["speedup"] == pytest.approx(2.0)
+    table = capsys.readouterr().out
+    assert "longer nap" in table and "2.00×" in table
+
+
+def test_list_and_unknown_suite(bench_dir: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["bench", "--list", "--dir", str(bench_dir)]) == 0
+    assert "A toy suite" in capsys.readouterr().out
+    assert main(["bench", "nope", "--dir", str(bench_dir)]) == 2
+    assert "no benchmark suite 'nope'" in capsys.readouterr().err
+
+
+def test_throughput_figures_use_the_work_unit() -> None:
+    bench = Bench(quick=True)
+    result = bench.time(
+        "x", lambda: time.sleep(0.01), lambda: time.sleep(0.02), baseline_label="b",
+        work=10, work_unit="MB",
+    )  # fmt: skip
+    assert result.unit == "MB/s" and result.higher_is_better
+    assert result.subject > result.baseline
+
+
+def test_the_shipped_suites_run_quickly(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[3]
+    out = tmp_path / "transport.json"
+    assert (
+        main(
+            ["bench", "transport", "--quick", "--dir", str(repo / "benchmarks"), "--out", str(out)]
+        )
+        == 0
+    )
+    results = json.loads(out.read_text())["results"]
+    assert all(r["subject"] > 0 and r["baseline"] > 0 for r in results)

@@ -1,0 +1,1 @@
+"""rlax-launchers: an RLAX plugin package."""

@@ -1,0 +1,1 @@
+"""rlax-transport-grpc: an RLAX plugin package."""

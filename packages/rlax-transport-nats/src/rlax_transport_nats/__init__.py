@@ -1,0 +1,1 @@
+"""rlax-transport-nats: an RLAX plugin package."""

@@ -1,0 +1,1 @@
+"""rlax-verifiers: judges and sandbox backends for RLAX."""

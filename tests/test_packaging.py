@@ -1,0 +1,143 @@
+"""Each package installs on its own: wheels built, a fresh venv, only what was installed.
+
+This is what a user does: ``pip install rlax-core rlax-verifiers`` (here, the wheels that
+``uv build`` makes), then ``rlax plugins``. A third-party plugin installed beside them is
+discovered and usable from a run config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE_PLUGIN = REPO / "tests" / "example_plugin"
+
+pytestmark = pytest.mark.slow
+
+
+def _run(*args: str | Path, cwd: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+    if check and result.returncode != 0:
+        command = " ".join(map(str, args))
+        raise AssertionError(
+            f"{command} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+def _uv() -> str:
+    uv = os.environ.get("UV") or shutil.which("uv")  # `uv run` sets $UV
+    if uv is None:
+        pytest.fail("uv is not on PATH; run the tests through ./scripts/test")
+    return uv
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    uv = _uv()
+    dist = tmp_path_factory.mktemp("dist")
+    _run(uv, "build", "--all-packages", "--wheel", "--out-dir", dist)
+    _run(uv, "build", "--wheel", "--out-dir", dist, EXAMPLE_PLUGIN)
+    # Pin third-party dependencies to the lock, so the fresh venv installs from uv's cache.
+    _run(
+        uv, "export", "--frozen", "--no-hashes", "--all-packages", "--no-emit-workspace",
+        "--no-dev", "--output-file", dist / "constraints.txt",
+    )  # fmt: skip
+    return dist
+
+
+@pytest.fixture(scope="module")
+def venv(wheels: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("fresh") / "venv"
+    _run(_uv(), "venv", "--python", sys.executable, path)
+    wanted = [next(wheels.glob(f"{name}-*.whl")) for name in ("rlax_core", "rlax_verifiers")]
+    _install(path, wheels, *wanted)
+    return path
+
+
+def _install(venv: Path, wheels: Path, *packages: Path) -> None:
+    _run(
+        _uv(), "pip", "install", "--python", venv / "bin" / "python",
+        "--constraint", wheels / "constraints.txt", *packages,
+    )  # fmt: skip
+
+
+def _plugins(venv: Path) -> dict:
+    return json.loads(_run(venv / "bin" / "rlax", "plugins", "--json").stdout)
+
+
+def test_every_member_builds_a_wheel(wheels: Path) -> None:
+    built = sorted(p.name.split("-")[0] for p in wheels.glob("*.whl"))
+    assert built == [
+        "rlax_core",
+        "rlax_example_judge",
+        "rlax_launchers",
+        "rlax_transport_grpc",
+        "rlax_transport_nats",
+        "rlax_verifiers",
+    ]
+
+
+def test_core_and_verifiers_list_exactly_their_plugins(venv: Path) -> None:
+    listing = _plugins(venv)
+    assert set(listing["packages"]) == {"rlax-core", "rlax-verifiers"}
+    assert {(p["kind"], p["name"], p["package"]) for p in listing["plugins"]} == {
+        ("transport", "inproc", "rlax-core"),
+        ("judge", "math", "rlax-verifiers"),
+    }
+    table = _run(venv / "bin" / "rlax", "plugins").stdout
+    assert "rlax-verifiers" in table and "nats" not in table
+
+
+def test_a_run_config_cannot_use_an_uninstalled_plugin(venv: Path, tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text("transport:\n  type: nats\n")
+    result = _run(venv / "bin" / "rlax", "config", "check", config, check=False)
+    assert result.returncode == 2
+    assert "type 'nats' is not an installed transport; installed: 'inproc'" in result.stderr
+
+
+def test_a_third_party_plugin_is_discovered_and_usable(
+    venv: Path, wheels: Path, tmp_path: Path
+) -> None:
+    _install(venv, wheels, next(wheels.glob("rlax_example_judge-*.whl")))
+    listing = _plugins(venv)
+    assert {"kind": "judge", "name": "keyword", "package": "rlax-example-judge"}.items() <= next(
+        p for p in listing["plugins"] if p["name"] == "keyword"
+    ).items()
+    assert listing["packages"]["rlax-example-judge"] == "1.2.3"
+
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "verifier:\n  judge:\n    type: keyword\n    keyword: Paris\n    reward: 2.0\n"
+    )
+    check = _run(venv / "bin" / "rlax", "config", "check", config)
+    assert "judge=keyword" in check.stdout
+
+    use = f"""
+import json
+from rlax_core.config import load_run_config
+from rlax_core.plugins import BuildContext, load_registry
+registry = load_registry()
+config = load_run_config({str(config)!r}, registry)
+judge = registry.build("judge", config.verifier.judge, BuildContext(registry, run_config=config))
+verdicts = judge.judge([{{}}, {{}}], ["It is paris.", "It is Rome."])
+print(json.dumps([[v.status, v.reward] for v in verdicts]))
+"""
+    out = _run(venv / "bin" / "python", "-c", use).stdout
+    assert json.loads(out) == [["AC", 2.0], ["WA", 0.0]]
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("verifier:\n  judge:\n    type: keyword\n    keywrd: Paris\n")
+    result = _run(venv / "bin" / "rlax", "config", "check", bad, check=False)
+    assert result.returncode == 2
+    assert "verifier.judge.keywrd: unknown key 'keywrd' (did you mean 'keyword'?)" in result.stderr
