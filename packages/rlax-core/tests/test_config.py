@@ -137,6 +137,10 @@ BAD_CONFIGS = {
         ["model.preset ('tiny') and model.path ('/ckpt') are both set"],
     ),
     "section is a scalar": ("rollout: 8\n", ["rollout:", "got 8"]),
+    "unknown model preset": (
+        "model:\n  preset: qwen9_1t\n",
+        [":2: model.preset: unknown preset 'qwen9_1t'", "qwen2_5_0_5b"],
+    ),
     "bad run name": ("run:\n  name: 'my run!'\n", ["run.name", "pattern"]),
     "null for a number": ("rollout:\n  top_p: null\n", ["rollout.top_p", "got None"]),
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -45,6 +45,15 @@ class ModelSection(Section):
         description="Local directory with config.json, *.safetensors and tokenizer.json.",
     )
     dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Parameter dtype.")
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, preset: str | None) -> str | None:
+        from rlax_core.models.qwen.config import PRESETS  # imports JAX: only when validating
+
+        if preset is not None and preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+        return preset
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSection:

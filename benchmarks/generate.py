@@ -1,0 +1,172 @@
+"""Generation throughput of the KV-cache sampler beside transformers, a no-cache JAX loop and Tunix.
+
+For each model size (``tiny`` and a ~50M-parameter Qwen2) one random checkpoint is
+written, and every engine generates from that same checkpoint in this run:
+
+* rlax — :class:`rlax_core.generate.Sampler` (jitted prefill + ``while_loop`` decode).
+* transformers — ``model.generate`` on torch CPU (side venv, scripts/lib/torch-venv.sh).
+* naive JAX — the same model jitted, recomputing the whole sequence for every new token.
+* Tunix — ``tunix.generate.sampler.Sampler`` (side venv with google-tunix, if it installs).
+
+Prefill tokens/s = batch × prompt length / time to the first token; decode tokens/s =
+batch × (new tokens − 1) / the time the rest took. Greedy decoding, no stop tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rlax_core.bench import Bench
+from rlax_core.generate import Sampler, SamplingParams
+from rlax_core.models import Qwen, QwenConfig, init_model, load_pretrained, save_pretrained
+
+REPO = Path(__file__).resolve().parents[1]
+HF_SCRIPT = REPO / "packages" / "rlax-core" / "tests" / "models" / "hf_reference.py"
+TUNIX_SCRIPT = REPO / "benchmarks" / "_tunix_generate.py"
+
+CONFIGS = {
+    "tiny": QwenConfig.tiny(),
+    "50M": QwenConfig.tiny(
+        vocab_size=32768, hidden_size=512, intermediate_size=1536, num_layers=10,
+        num_heads=8, num_kv_heads=4, head_dim=64, max_position_embeddings=4096,
+    ),
+}  # fmt: skip
+
+
+def _side_python(script: str) -> Path | None:
+    result = subprocess.run([REPO / "scripts" / "lib" / script], capture_output=True, text=True)
+    return Path(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 else None
+
+
+def _median_time(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _rlax(
+    model: Qwen, prompts: list[list[int]], new_tokens: int, repeats: int
+) -> tuple[float, float]:
+    sampler = Sampler(model)
+    first = SamplingParams(max_new_tokens=1, temperature=0.0)
+    full = SamplingParams(max_new_tokens=new_tokens, temperature=0.0)
+    sampler.generate(prompts, first, seed=0)  # compile both shapes before timing
+    sampler.generate(prompts, full, seed=0)
+    return (
+        _median_time(lambda: sampler.generate(prompts, first, seed=0), repeats),
+        _median_time(lambda: sampler.generate(prompts, full, seed=0), repeats),
+    )
+
+
+def _naive(
+    model: Qwen, prompts: list[list[int]], new_tokens: int, repeats: int
+) -> tuple[float, float]:
+    """No KV cache: every new token re-runs the model over the whole (padded) sequence.
+
+    Each step costs the same (the padded width is fixed), so the decode rate is measured
+    over a few steps and scaled to ``new_tokens``: the full run would take hours at the
+    larger sizes.
+    """
+    graphdef, state = nnx.split(model)
+    prompt_len, width = len(prompts[0]), len(prompts[0]) + new_tokens
+    measured = min(new_tokens, 4)
+
+    @jax.jit
+    def step(state, tokens, valid, index):
+        logits = nnx.merge(graphdef, state)(tokens, valid)
+        token = jnp.argmax(jax.lax.dynamic_index_in_dim(logits, index - 1, 1, False), axis=-1)
+        return tokens.at[:, index].set(token), valid.at[:, index].set(True)
+
+    def generate(n: int) -> None:
+        tokens = np.zeros((len(prompts), width), np.int32)
+        tokens[:, :prompt_len] = prompts
+        valid = np.zeros((len(prompts), width), bool)
+        valid[:, :prompt_len] = True
+        tokens, valid = jnp.asarray(tokens), jnp.asarray(valid)
+        for i in range(n):
+            tokens, valid = step(state, tokens, valid, prompt_len + i)
+        tokens.block_until_ready()
+
+    generate(1)
+    first = _median_time(lambda: generate(1), repeats)
+    per_step = (_median_time(lambda: generate(measured), repeats) - first) / max(measured - 1, 1)
+    return first, first + per_step * (new_tokens - 1)
+
+
+def _side_engine(
+    python: Path, script: Path, command: list[str], checkpoint: Path, job: dict
+) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "job.json").write_text(json.dumps(job))
+        subprocess.run(
+            [python, script, *command, checkpoint, work / "job.json", work / "out.json"],
+            check=True, capture_output=True, text=True, timeout=3600,
+        )  # fmt: skip
+        return json.loads((work / "out.json").read_text())
+
+
+def _record(bench: Bench, label: str, ours: tuple[float, float], theirs: tuple[float, float],
+            baseline: str, batch: int, prompt_len: int, new_tokens: int) -> None:  # fmt: skip
+    def rates(prefill_s: float, total_s: float) -> tuple[float, float]:
+        return batch * prompt_len / prefill_s, batch * (new_tokens - 1) / max(
+            total_s - prefill_s, 1e-9
+        )
+
+    (o_pre, o_dec), (t_pre, t_dec) = rates(*ours), rates(*theirs)
+    bench.record(f"{label} prefill", subject=o_pre, baseline=t_pre, unit="tokens/s",
+                 higher_is_better=True, baseline_label=baseline)  # fmt: skip
+    bench.record(f"{label} decode", subject=o_dec, baseline=t_dec, unit="tokens/s",
+                 higher_is_better=True, baseline_label=baseline)  # fmt: skip
+
+
+def run(bench: Bench) -> None:
+    """Runs the generate suite."""
+    quick = bench.quick
+    configs = {"tiny": CONFIGS["tiny"]} if quick else CONFIGS
+    batches = (1, 4) if quick else (1, 16, 64)
+    prompt_len, new_tokens, repeats = (16, 8, 1) if quick else (64, 64, 3)
+    torch_python = None if quick else _side_python("torch-venv.sh")
+    tunix_python = None if quick else _side_python("tunix-venv.sh")
+    bench.notes.update(prompt_len=prompt_len, new_tokens=new_tokens, jax=jax.__version__)
+    for name, config in configs.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            checkpoint = Path(tmp) / name
+            save_pretrained(init_model(config, seed=0), checkpoint)
+            model = load_pretrained(checkpoint)
+            bench.notes[f"{name}_params"] = config.num_params()
+            rng = np.random.default_rng(0)
+            job = {"batches": list(batches), "prompt_len": prompt_len, "new_tokens": new_tokens}
+            hf = tunix = None
+            if torch_python is not None:
+                hf = _side_engine(torch_python, HF_SCRIPT, ["generate"], checkpoint, job)["results"]
+            if tunix_python is not None:
+                tunix = _side_engine(tunix_python, TUNIX_SCRIPT, [], checkpoint, job)["results"]
+            for i, batch in enumerate(batches):
+                prompts = rng.integers(0, config.vocab_size, (batch, prompt_len)).tolist()
+                ours = _rlax(model, prompts, new_tokens, repeats)
+                label = f"{name} batch {batch}"
+                _record(bench, label, ours, _naive(model, prompts, new_tokens, repeats),
+                        "naive JAX, no KV cache", batch, prompt_len, new_tokens)  # fmt: skip
+                if hf is not None:
+                    theirs = (hf[i]["prefill_s"], hf[i]["total_s"])
+                    _record(bench, label, ours, theirs, "transformers generate (torch CPU)",
+                            batch, prompt_len, new_tokens)  # fmt: skip
+                if tunix is not None:
+                    theirs = (tunix[i]["prefill_s"], tunix[i]["total_s"])
+                    _record(bench, label, ours, theirs, "Tunix sampler", batch, prompt_len,
+                            new_tokens)  # fmt: skip

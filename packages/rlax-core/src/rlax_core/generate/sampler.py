@@ -1,0 +1,240 @@
+"""Batched generation with a KV cache: one jitted prefill + decode loop per shape bucket.
+
+Prompts are left-padded to a bucketed length and the batch to a bucketed size, so a run
+compiles once per (batch bucket, prompt bucket, max_new_tokens), however its prompts
+vary. Sampling knobs and weights are traced arguments: new weights or a new temperature
+never recompile. The decode loop is a ``lax.while_loop`` that stops as soon as every
+sequence has produced a stop token.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from rlax_core.generate.sampling import SamplingParams, choose
+from rlax_core.models.qwen import Qwen
+from rlax_core.models.sharding import BATCH, batch_divisor, batch_sharding
+
+PROMPT_BUCKETS = tuple(2**i for i in range(4, 16))  # 16 … 32768 tokens
+MAX_STOP_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class Completions:
+    """Sampled completions, one row per prompt.
+
+    Attributes:
+        tokens: per completion, its token ids (ending with the stop token if it stopped).
+        behaviour_logprobs: per token, log-prob under the distribution sampled from.
+        policy_logprobs: per token, log-prob under the untruncated policy.
+        finish_reasons: "stop" (a stop token was sampled) or "length".
+    """
+
+    tokens: list[list[int]]
+    behaviour_logprobs: list[list[float]]
+    policy_logprobs: list[list[float]]
+    finish_reasons: list[str]
+
+
+class Sampler:
+    """Generates from a Qwen model; weights can be swapped without recompiling.
+
+    Args:
+        model: the model whose structure (and initial weights) to sample from.
+        mesh: shard the batch over its data axes (parameters stay where they are).
+        prompt_buckets: allowed padded prompt lengths, ascending.
+        pad_token_id: token used for padding (never attended to).
+    """
+
+    def __init__(
+        self,
+        model: Qwen,
+        *,
+        mesh: Mesh | None = None,
+        prompt_buckets: Sequence[int] = PROMPT_BUCKETS,
+        pad_token_id: int = 0,
+    ) -> None:
+        self.config = model.config
+        self._graphdef, self._state = nnx.split(model)
+        self._mesh = mesh
+        self._prompt_buckets = tuple(sorted(prompt_buckets))
+        self._pad = pad_token_id
+        self._traces = 0
+        self._generate = jax.jit(self._generate_impl, static_argnames=("max_new_tokens",))
+
+    @property
+    def compilations(self) -> int:
+        """How many times the generation function has been traced (≈ compiled)."""
+        return self._traces
+
+    def set_model(self, model: Qwen) -> None:
+        """Samples from ``model``'s weights from now on (same config and sharding)."""
+        graphdef, state = nnx.split(model)
+        if graphdef != self._graphdef:
+            raise ValueError("set_model needs a model with the sampler's structure")
+        self._state = state
+
+    def bucket_shape(self, batch: int, prompt_len: int) -> tuple[int, int]:
+        """The padded (batch, prompt length) a request of this size compiles for."""
+        i = bisect.bisect_left(self._prompt_buckets, prompt_len)
+        if i == len(self._prompt_buckets):
+            raise ValueError(
+                f"a prompt of {prompt_len} tokens exceeds the longest bucket "
+                f"({self._prompt_buckets[-1]}); pass longer prompt_buckets"
+            )
+        divisor = batch_divisor(self._mesh) if self._mesh is not None else 1
+        padded = 1 << max(0, (batch - 1).bit_length())
+        padded = -(-max(padded, divisor) // divisor) * divisor
+        return padded, self._prompt_buckets[i]
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, *, seed: int
+    ) -> Completions:
+        """Samples one completion per prompt.
+
+        Args:
+            prompts: token ids of each prompt (at least one token each).
+            params: sampling settings.
+            seed: the same seed, prompts and weights give the same completions.
+        """
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("generate needs at least one prompt, each with at least one token")
+        if len(params.stop_token_ids) > MAX_STOP_TOKENS:
+            raise ValueError(
+                f"at most {MAX_STOP_TOKENS} stop tokens, got {len(params.stop_token_ids)}"
+            )
+        batch, prompt_len = self.bucket_shape(len(prompts), max(len(p) for p in prompts))
+        tokens = np.full((batch, prompt_len), self._pad, np.int32)
+        valid = np.zeros((batch, prompt_len), bool)
+        for row, prompt in enumerate(prompts):
+            tokens[row, prompt_len - len(prompt) :] = prompt  # left padding
+            valid[row, prompt_len - len(prompt) :] = True
+        valid[len(prompts) :, -1] = True  # filler rows: one token, discarded
+        stops = np.full((MAX_STOP_TOKENS,), -1, np.int32)
+        stops[: len(params.stop_token_ids)] = params.stop_token_ids
+        tokens_in, valid_in = jnp.asarray(tokens), jnp.asarray(valid)
+        if self._mesh is not None:
+            tokens_in = jax.device_put(tokens_in, batch_sharding(self._mesh))
+            valid_in = jax.device_put(valid_in, batch_sharding(self._mesh))
+        out = self._generate(
+            self._state,
+            tokens_in,
+            valid_in,
+            jax.random.key(seed),
+            jnp.float32(params.temperature),
+            jnp.int32(params.top_k),
+            jnp.float32(params.top_p),
+            jnp.asarray(stops),
+            max_new_tokens=params.max_new_tokens,
+        )
+        new_tokens, behaviour, policy, lengths, stopped = (np.asarray(x) for x in out)
+        n = len(prompts)
+        return Completions(
+            tokens=[new_tokens[i, : lengths[i]].tolist() for i in range(n)],
+            behaviour_logprobs=[behaviour[i, : lengths[i]].tolist() for i in range(n)],
+            policy_logprobs=[policy[i, : lengths[i]].tolist() for i in range(n)],
+            finish_reasons=["stop" if stopped[i] else "length" for i in range(n)],
+        )
+
+    def _generate_impl(
+        self,
+        state: nnx.State,
+        tokens: jax.Array,
+        valid: jax.Array,
+        key: jax.Array,
+        temperature: jax.Array,
+        top_k: jax.Array,
+        top_p: jax.Array,
+        stop_ids: jax.Array,
+        *,
+        max_new_tokens: int,
+    ) -> tuple[jax.Array, ...]:
+        self._traces += 1  # runs once per trace: counts compilations
+        model = nnx.merge(self._graphdef, state)
+        batch, prompt_len = tokens.shape
+        slots = prompt_len + max_new_tokens
+        cache = [
+            (self._constrain(k), self._constrain(v)) for k, v in model.init_cache(batch, slots)
+        ]
+        cache_valid = jnp.zeros((batch, slots), bool).at[:, :prompt_len].set(valid)
+        positions = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0)
+        logits, cache = model(
+            tokens,
+            valid,
+            positions=positions,
+            cache=cache,
+            cache_index=0,
+            cache_valid=cache_valid,
+            last_logits_only=True,
+        )
+        rows = jnp.arange(batch)
+        next_position = valid.sum(axis=1)  # position of the first generated token
+
+        def sample_and_advance(c: tuple) -> tuple:
+            # One token per row from the current logits, then (unless this was the last
+            # step) one decode step for the next logits. Sampling lives in one place of
+            # the loop body, so it is compiled once.
+            step, logits, cache, cache_valid, out_tokens, out_b, out_p, lengths, done = c
+            step_key = jax.random.fold_in(key, step)
+            keys = jax.vmap(lambda r: jax.random.fold_in(step_key, r))(rows)
+            # Per-row keys: a row's sample does not depend on the rest of the batch.
+            token, b_lp, p_lp = choose(logits, keys, temperature, top_k, top_p)
+            token = jnp.where(done, self._pad, token)
+            out_tokens = out_tokens.at[:, step].set(token)
+            out_b = out_b.at[:, step].set(jnp.where(done, 0.0, b_lp))
+            out_p = out_p.at[:, step].set(jnp.where(done, 0.0, p_lp))
+            lengths = lengths + (~done).astype(jnp.int32)
+            done = done | jnp.isin(token, stop_ids)
+
+            def decode(operands: tuple) -> tuple:
+                cache, cache_valid = operands
+                slot = prompt_len + step  # where this token's keys and values go
+                cache_valid = cache_valid.at[:, slot].set(True)
+                logits, cache = model(
+                    token[:, None],
+                    positions=(next_position + step)[:, None],
+                    cache=cache,
+                    cache_index=slot,
+                    cache_valid=cache_valid,
+                )
+                return logits[:, 0], cache, cache_valid
+
+            more = (step + 1 < max_new_tokens) & ~jnp.all(done)
+            logits, cache, cache_valid = jax.lax.cond(
+                more, decode, lambda ops: (logits, *ops), (cache, cache_valid)
+            )
+            return step + 1, logits, cache, cache_valid, out_tokens, out_b, out_p, lengths, done
+
+        def keep_going(c: tuple) -> jax.Array:
+            step, *_, done = c
+            return (step < max_new_tokens) & ~jnp.all(done)
+
+        carry = (
+            jnp.int32(0),
+            logits[:, -1],
+            cache,
+            cache_valid,
+            jnp.full((batch, max_new_tokens), self._pad, jnp.int32),
+            jnp.zeros((batch, max_new_tokens), jnp.float32),
+            jnp.zeros((batch, max_new_tokens), jnp.float32),
+            jnp.zeros((batch,), jnp.int32),
+            jnp.zeros((batch,), bool),
+        )
+        carry = jax.lax.while_loop(keep_going, sample_and_advance, carry)
+        *_, out_tokens, out_b, out_p, lengths, done = carry
+        return out_tokens, out_b, out_p, lengths, done
+
+    def _constrain(self, kv: jax.Array) -> jax.Array:
+        if self._mesh is None:
+            return kv
+        heads = "tensor" if kv.shape[2] % self._mesh.shape["tensor"] == 0 else None
+        spec = PartitionSpec(BATCH, None, heads, None)
+        return jax.lax.with_sharding_constraint(kv, NamedSharding(self._mesh, spec))

@@ -1,0 +1,89 @@
+"""A model's parameters as a flat mapping of Hugging Face names to arrays, and back.
+
+The flat form is what checkpoints store and what the parameter store publishes; the
+names are the model's NNX paths joined with dots (``model.layers.0.mlp.up_proj.weight``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, SingleDeviceSharding
+
+from rlax_core.models.qwen import Qwen, QwenConfig
+from rlax_core.models.sharding import param_sharding
+
+
+def flat_params(model: nnx.Module) -> dict[str, jax.Array]:
+    """name → array of every parameter, in a stable (sorted) order."""
+    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
+    return dict(sorted((".".join(map(str, path)), var.get_value()) for path, var in flat))
+
+
+def param_shapes(config: QwenConfig) -> dict[str, jax.ShapeDtypeStruct]:
+    """name → shape and dtype of every parameter of a model with ``config``, without memory."""
+    abstract = nnx.eval_shape(lambda: Qwen(config, rngs=nnx.Rngs(0)))
+    return flat_params(abstract)
+
+
+def build_model(
+    config: QwenConfig,
+    make_array: Callable[[str, jax.ShapeDtypeStruct, jax.sharding.Sharding], jax.Array],
+    mesh: Mesh | None = None,
+) -> Qwen:
+    """Builds a model whose every parameter comes from ``make_array(name, spec, sharding)``.
+
+    Used by the checkpoint loader (arrays straight from file slices onto their shards)
+    and by :func:`replace_params`.
+    """
+    abstract = nnx.eval_shape(lambda: Qwen(config, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(abstract)
+    pure = nnx.to_pure_dict(state)
+
+    def fill(path: tuple, spec: jax.ShapeDtypeStruct) -> jax.Array:
+        name = ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+        return make_array(name, spec, _sharding(mesh, name, spec.shape))
+
+    nnx.replace_by_pure_dict(state, jax.tree_util.tree_map_with_path(fill, pure))
+    return nnx.merge(graphdef, state)
+
+
+def init_model(config: QwenConfig, *, seed: int = 0, mesh: Mesh | None = None) -> Qwen:
+    """A randomly initialised model, placed on ``mesh`` (one device if None)."""
+    model = Qwen(config, rngs=nnx.Rngs(seed))
+    return place_model(model, mesh) if mesh is not None else model
+
+
+def place_model(model: Qwen, mesh: Mesh) -> Qwen:
+    """Moves every parameter onto its sharding on ``mesh``."""
+    params = flat_params(model)
+    return build_model(
+        model.config, lambda name, spec, sharding: jax.device_put(params[name], sharding), mesh
+    )
+
+
+def replace_params(model: Qwen, params: Mapping[str, np.ndarray | jax.Array]) -> Qwen:
+    """A model with the same config and sharding whose parameters are ``params``.
+
+    Raises:
+        KeyError: a parameter is missing from ``params``.
+        ValueError: a shape differs.
+    """
+    current = flat_params(model)
+
+    def make(name: str, spec: jax.ShapeDtypeStruct, sharding: jax.sharding.Sharding) -> jax.Array:
+        value = params[name]
+        if tuple(value.shape) != tuple(spec.shape):
+            raise ValueError(f"parameter {name!r} is {value.shape}, the model needs {spec.shape}")
+        return jax.device_put(np.asarray(value).astype(spec.dtype), current[name].sharding)
+
+    return build_model(model.config, make)
+
+
+def _sharding(mesh: Mesh | None, name: str, shape: tuple[int, ...]) -> jax.sharding.Sharding:
+    if mesh is None:
+        return SingleDeviceSharding(jax.devices()[0])
+    return param_sharding(mesh, name, shape)

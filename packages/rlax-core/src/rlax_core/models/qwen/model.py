@@ -1,0 +1,161 @@
+"""The Qwen2 / Qwen3 causal language model in Flax NNX.
+
+Module and parameter names are Hugging Face's (``model.layers.0.self_attn.q_proj.weight``),
+so a checkpoint's tensor names are this model's parameter paths.
+
+One forward pass serves training and sampling. Tokens sit in *slots*: without a cache,
+slot ``i`` is position ``i`` of the input; with a cache, the input's keys and values are
+written at ``cache_index`` and queries see every valid slot up to their own. A query may
+see a key iff ``key_slot <= query_slot`` and the key slot holds a real token, so left
+padding (batched prompts of different lengths) needs no other mechanism.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from rlax_core.models.qwen.config import QwenConfig
+from rlax_core.models.qwen.layers import MLP, Attention, Embedding, Linear, RMSNorm, rope_tables
+
+KVCache = list[tuple[jax.Array, jax.Array]]
+
+
+class DecoderLayer(nnx.Module):
+    """Pre-norm attention and MLP blocks with residual connections."""
+
+    def __init__(self, config: QwenConfig, *, rngs: nnx.Rngs) -> None:
+        self.input_layernorm = RMSNorm(config.hidden_size, config=config)
+        self.self_attn = Attention(config, rngs=rngs)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config=config)
+        self.mlp = MLP(config, rngs=rngs)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        rope: tuple[jax.Array, jax.Array],
+        mask: jax.Array,
+        cache: tuple[jax.Array, jax.Array] | None,
+        cache_index: jax.Array | int,
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+        attn, cache = self.self_attn(self.input_layernorm(x), rope, mask, cache, cache_index)
+        x = x + attn
+        return x + self.mlp(self.post_attention_layernorm(x)), cache
+
+
+class QwenModel(nnx.Module):
+    """Embedding, decoder layers and the final norm (HF's ``model.*``)."""
+
+    def __init__(self, config: QwenConfig, *, rngs: nnx.Rngs) -> None:
+        self.embed_tokens = Embedding(config, rngs=rngs)
+        self.layers = nnx.List([DecoderLayer(config, rngs=rngs) for _ in range(config.num_layers)])
+        self.norm = RMSNorm(config.hidden_size, config=config)
+
+
+class Qwen(nnx.Module):
+    """A Qwen causal LM: ``Qwen(config, rngs=nnx.Rngs(seed))`` initialises it randomly.
+
+    Call it on int32 token ids of shape (batch, length) to get fp32 logits of shape
+    (batch, length, vocab). See the module docstring for slots, masks and the cache.
+    """
+
+    def __init__(self, config: QwenConfig, *, rngs: nnx.Rngs) -> None:
+        self.config = config
+        self.model = QwenModel(config, rngs=rngs)
+        if not config.tie_embeddings:
+            self.lm_head = Linear(
+                config.hidden_size, config.vocab_size, bias=False, config=config, rngs=rngs
+            )
+
+    def __call__(
+        self,
+        tokens: jax.Array,
+        valid: jax.Array | None = None,
+        *,
+        positions: jax.Array | None = None,
+        cache: KVCache | None = None,
+        cache_index: jax.Array | int = 0,
+        cache_valid: jax.Array | None = None,
+        return_hidden_states: bool = False,
+        last_logits_only: bool = False,
+    ) -> jax.Array | tuple:
+        """Runs the model.
+
+        Args:
+            tokens: (batch, length) int32 token ids.
+            valid: (batch, length) bool, False for padding; default all True.
+            positions: (batch, length) RoPE positions; default: the count of valid
+                tokens before each one (so left padding does not shift positions).
+            cache: per-layer (k, v) of shape (batch, slots, kv_heads, head_dim); the
+                tokens' keys and values are written at ``cache_index``.
+            cache_index: first cache slot of ``tokens``.
+            cache_valid: (batch, slots) bool, which cache slots hold real tokens,
+                including the ones written by this call. Required with a cache.
+            return_hidden_states: also return the hidden states after the embedding and
+                after each layer (the last one after the final norm), as HF does.
+            last_logits_only: compute logits for the last position only, shape
+                (batch, 1, vocab): what a sampler's prefill needs, without the LM head's
+                cost for every prompt token.
+
+        Returns:
+            logits, or (logits, cache) with a cache; hidden states are appended when
+            asked for.
+        """
+        c = self.config
+        b, t = tokens.shape
+        if valid is None:
+            valid = jnp.ones((b, t), bool)
+        if positions is None:
+            positions = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0)
+        if cache is None:
+            key_valid = valid
+            query_slots = jnp.arange(t)
+        else:
+            if cache_valid is None:
+                raise ValueError("cache_valid is required with a cache")
+            key_valid = cache_valid
+            query_slots = cache_index + jnp.arange(t)
+        key_slots = jnp.arange(key_valid.shape[1])
+        mask = (key_slots[None, :] <= query_slots[:, None])[None] & key_valid[:, None, :]
+        rope = rope_tables(positions, c.head_dim, c.rope_theta)
+
+        x = self.model.embed_tokens(tokens)
+        hidden = [x]
+        new_cache: KVCache = []
+        for i, layer in enumerate(self.model.layers):
+            layer_cache = None if cache is None else cache[i]
+            if c.remat:
+                x, layer_cache = nnx.remat(lambda lyr, *a: lyr(*a))(
+                    layer, x, rope, mask, layer_cache, cache_index
+                )
+            else:
+                x, layer_cache = layer(x, rope, mask, layer_cache, cache_index)
+            new_cache.append(layer_cache)
+            hidden.append(x)
+        x = self.model.norm(x)
+        hidden[-1] = x
+        logits = self.logits_from_hidden(x[:, -1:] if last_logits_only else x)
+        result: tuple = (logits,)
+        if cache is not None:
+            result += (new_cache,)
+        if return_hidden_states:
+            result += (hidden,)
+        return result[0] if len(result) == 1 else result
+
+    def logits_from_hidden(self, x: jax.Array) -> jax.Array:
+        """Final-norm output (batch, length, hidden) → fp32 logits (batch, length, vocab)."""
+        if self.config.tie_embeddings:
+            weight = self.model.embed_tokens.weight[...]
+        else:
+            weight = self.lm_head.weight[...]
+        dtype = jnp.dtype(self.config.dtype)
+        logits = jnp.einsum("bth,vh->btv", x.astype(dtype), weight.astype(dtype))
+        return logits.astype(jnp.float32)
+
+    def init_cache(self, batch: int, slots: int) -> KVCache:
+        """An empty KV cache for ``batch`` sequences of up to ``slots`` tokens."""
+        c = self.config
+        shape = (batch, slots, c.num_kv_heads, c.head_dim)
+        dtype = jnp.dtype(c.dtype)
+        return [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(c.num_layers)]

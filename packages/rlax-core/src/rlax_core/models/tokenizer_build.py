@@ -1,0 +1,103 @@
+"""Building a small Qwen-style tokenizer from text (no hub needed).
+
+The result has the Qwen2 layout — NFC normalisation, Qwen2's pre-tokenisation regex,
+byte-level BPE, the ``<|endoftext|>``, ``<|im_start|>`` and ``<|im_end|>`` special tokens
+and the ChatML chat template — at a vocabulary small enough for tiny models. Tests use
+it to check tokenizer parity with ``transformers``; the quickstart uses it for its model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import tokenizers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from rlax_core.models.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, Tokenizer
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+# Qwen2's pre-tokenisation pattern (from its tokenizer.json).
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+# The ChatML template of the Qwen2.5 family (its tool-calling branches left out).
+QWEN_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. "
+    "You are a helpful assistant.<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] != 'system' or not loop.first %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- endif %}"
+)
+
+
+def build_qwen_tokenizer(corpus: Iterable[str], vocab_size: int, path: str | Path) -> Tokenizer:
+    """Trains a byte-level BPE on ``corpus`` and writes Qwen-style tokenizer files.
+
+    Args:
+        corpus: training text.
+        vocab_size: ids in total, special tokens included (≥ 256 + 3).
+        path: directory for ``tokenizer.json`` and ``tokenizer_config.json``.
+
+    Returns:
+        The tokenizer, loaded back from the files written.
+    """
+    backend = tokenizers.Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(tokenizers.Regex(QWEN2_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    backend.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(corpus, trainer=trainer)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    backend.save(str(path / TOKENIZER_FILE))
+    config = {
+        "add_prefix_space": False,
+        "added_tokens_decoder": {
+            str(backend.token_to_id(t)): {
+                "content": t,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": True,
+            }
+            for t in SPECIAL_TOKENS
+        },
+        "bos_token": None,
+        "chat_template": QWEN_CHAT_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|im_end|>",
+        "errors": "replace",
+        "model_max_length": 32768,
+        "pad_token": "<|endoftext|>",
+        "split_special_tokens": False,
+        "tokenizer_class": "Qwen2Tokenizer",
+        "unk_token": None,
+    }
+    (path / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return Tokenizer.from_dir(path)

@@ -1,0 +1,68 @@
+"""The model's own promises: cache decoding, rematerialisation, dtypes, shapes."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from rlax_core.models import Qwen, QwenConfig, flat_params, init_model
+
+
+@pytest.mark.parametrize("architecture", ["qwen2", "qwen3"])
+def test_decoding_with_a_cache_equals_the_full_forward(architecture: str) -> None:
+    model = init_model(QwenConfig.tiny(architecture), seed=0)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 512, (2, 9)), jnp.int32)
+    full = nnx.jit(lambda m, t: m(t))(model, tokens)
+    step = nnx.jit(
+        lambda m, t, p, cache, i, valid: m(
+            t, positions=p, cache=cache, cache_index=i, cache_valid=valid
+        )
+    )
+    cache = model.init_cache(2, 16)
+    valid = jnp.zeros((2, 16), bool).at[:, :5].set(True)
+    logits, cache = step(model, tokens[:, :5], jnp.arange(5)[None].repeat(2, 0), cache, 0, valid)
+    steps = [logits[:, -1]]
+    for i in range(5, 9):
+        valid = valid.at[:, i].set(True)
+        logits, cache = step(model, tokens[:, i : i + 1], jnp.full((2, 1), i), cache, i, valid)
+        steps.append(logits[:, 0])
+    np.testing.assert_allclose(np.stack(steps[:-1], 1), np.asarray(full[:, 4:8]), atol=1e-5)
+
+
+def test_remat_changes_memory_not_gradients() -> None:
+    tokens = jnp.asarray(np.random.default_rng(1).integers(0, 512, (2, 12)), jnp.int32)
+
+    def grads(remat: bool) -> dict:
+        model = init_model(QwenConfig.tiny(remat=remat), seed=0)
+
+        def loss(m: Qwen) -> jax.Array:
+            return jax.nn.log_softmax(m(tokens))[..., 0].mean()
+
+        return flat_params(nnx.jit(nnx.grad(loss))(model))
+
+    plain, remat = grads(False), grads(True)
+    assert plain.keys() == remat.keys()
+    for name in plain:
+        scale = float(np.abs(plain[name]).max())
+        np.testing.assert_allclose(
+            remat[name], plain[name], rtol=0, atol=1e-5 * scale, err_msg=name
+        )
+
+
+def test_bfloat16_parameters_and_activations() -> None:
+    model = init_model(QwenConfig.tiny(param_dtype="bfloat16", dtype="bfloat16"), seed=0)
+    assert {a.dtype for a in flat_params(model).values()} == {jnp.dtype(jnp.bfloat16)}
+    logits = nnx.jit(lambda m, t: m(t))(model, jnp.ones((1, 4), jnp.int32))
+    assert logits.dtype == jnp.float32  # logits always come back in fp32
+    assert bool(jnp.isfinite(logits).all())
+
+
+def test_tied_models_have_no_lm_head() -> None:
+    tied = flat_params(init_model(QwenConfig.tiny(tie_embeddings=True), seed=0))
+    untied = flat_params(init_model(QwenConfig.tiny(tie_embeddings=False), seed=0))
+    assert "lm_head.weight" not in tied and untied["lm_head.weight"].shape == (512, 64)
+    assert len(tied) == 2 * 12 + 2  # 12 per Qwen2 layer, the embedding, the final norm
+    assert sum(int(a.size) for a in tied.values()) == QwenConfig.tiny().num_params()
