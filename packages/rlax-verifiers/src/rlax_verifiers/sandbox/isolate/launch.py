@@ -1,0 +1,82 @@
+"""Commands that start a zygote: inside bubblewrap namespaces, or as a plain process.
+
+``bwrap_command`` is the local backend's isolation: new network (no interfaces but a
+down loopback), pid, ipc, uts and mount namespaces; a read-only view of only the system
+directories a program needs; the slot's work area, ``/tmp`` and ``/dev/shm`` bound from
+the slot's size-capped tmpfs; a private ``/proc``; a minimal ``/dev``. The zygote keeps
+only the capabilities it uses (switching uids and killing its runs), and every run drops
+even those with the uid switch. ``plain_command`` is for places that are already an
+isolation boundary of their own: a container, a Lambda execution environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ISOLATE_PARENT = "/opt/rlax"  # where a sandbox sees this package (as "isolate")
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
+
+
+def bootstrap(isolate_parent: str) -> list[str]:
+    """The ``-c`` program and arguments that import this package and run the zygote."""
+    code = (
+        f"import sys; sys.path.insert(0, {isolate_parent!r}); "
+        "from isolate.zygote import main; main()"
+    )
+    return ["-I", "-c", code, "--path", isolate_parent]
+
+
+def plain_command(python: str, isolate_dir: Path, control_fd: int) -> list[str]:
+    """Starts the zygote as a child process, for use inside a container or Lambda."""
+    return [python, *bootstrap(str(isolate_dir.parent)), "--control-fd", str(control_fd)]
+
+
+def bwrap_command(
+    bwrap: str,
+    python: str,
+    isolate_dir: Path,
+    slot_dir: Path,
+    control_fd: int,
+    *,
+    inner_dir: str = "/sandbox",
+    extra_ro_binds: tuple[str, ...] = (),
+) -> list[str]:
+    """Starts the zygote inside fresh bubblewrap namespaces, seeing ``slot_dir`` as
+    ``inner_dir``; ``extra_ro_binds`` are more host paths to show read-only."""
+    argv = [
+        bwrap,
+        "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+        "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+        "--hostname", "sandbox", "--clearenv",
+        "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+        "--cap-add", "CAP_KILL",
+    ]  # fmt: skip
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for path in (*_ETC_FILES, *extra_ro_binds, *_outside_usr(python)):
+        if os.path.exists(path):
+            argv += ["--ro-bind", path, path]
+    argv += [
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--bind", str(slot_dir), inner_dir,
+        "--bind", str(slot_dir / "tmp"), "/tmp",
+        "--bind", str(slot_dir / "shm"), "/dev/shm",
+        "--ro-bind", str(isolate_dir), f"{ISOLATE_PARENT}/isolate",
+        "--chdir", inner_dir,
+        python, *bootstrap(ISOLATE_PARENT), "--control-fd", str(control_fd),
+    ]  # fmt: skip
+    return argv
+
+
+def _outside_usr(python: str) -> list[str]:
+    """The installation prefix of an interpreter that does not live under /usr."""
+    real = os.path.realpath(python)
+    if real.startswith("/usr/"):
+        return []
+    return [str(Path(real).parent.parent)]
