@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from rlax_core.hookspecs import Register, hookimpl
+from rlax_verifiers.code.judge import CodeJudgeConfig, make_code_judge
 from rlax_verifiers.math.judge import MathJudgeConfig, make_math_judge
+from rlax_verifiers.sandbox.local import LocalSandboxConfig, make_local_sandbox
 
 
 @hookimpl
 def register_judges(register: Register) -> None:
-    """Registers the ``math`` judge."""
+    """Registers the ``math`` and ``code`` judges."""
     register("math", make_math_judge, MathJudgeConfig)
+    register("code", make_code_judge, CodeJudgeConfig)
+
+
+@hookimpl
+def register_sandboxes(register: Register) -> None:
+    """Registers the ``local`` sandbox."""
+    register("local", make_local_sandbox, LocalSandboxConfig)
