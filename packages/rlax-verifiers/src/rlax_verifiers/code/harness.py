@@ -21,6 +21,7 @@ under test; the child closes fd 3 and runs it. So:
 
 from __future__ import annotations
 
+import ast
 import json
 
 _COMMON = r'''
@@ -126,12 +127,15 @@ def _call(args):
         return {{"ok": False, "wrong_type": True, "error": "the return value " + str(exc)}}
 
 
+def _child_main(fd, args, send=_send, call=_call):
+    send(fd, call(args))
+    sys.exit(0)
+
+
 _args = json.loads(sys.stdin.buffer.read())
 _pid, _fd = _fork_child()
 if _pid == 0:
-    _send(_fd, _call(_args))
-    os.close(_fd)
-    sys.exit(0)
+    _child_main(_fd, _args)
 _finish(_pid, _receive(_fd))
 '''
 
@@ -139,27 +143,57 @@ _ASSERT = r'''
 _TESTS = {tests!r}
 
 
-def _check(fd):
+def _plain_equal_factory():
+    plain = (type(None), bool, int, float, str)
+
+    def is_plain(value, depth=0):
+        kind = type(value)
+        if kind in plain:
+            return True
+        if depth > 100:
+            return False
+        if kind in (list, tuple):
+            return all(is_plain(v, depth + 1) for v in value)
+        if kind is dict:
+            return all(type(k) is str and is_plain(v, depth + 1) for k, v in dict.items(value))
+        return False
+
+    def equal(a, b):
+        a_plain, b_plain = is_plain(a), is_plain(b)
+        if a_plain != b_plain:
+            return False  # a program's object posing as a value: never equal to a value
+        return a == b
+
+    return equal
+
+
+def _child_main(
+    fd, send=_send, describe=_describe, run=_run_program, equal=_plain_equal_factory(),
+    assertion_error=AssertionError,
+):
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     namespace = {{"__name__": "__main__"}}
     try:
-        _run_program(namespace)
+        run(namespace)
     except BaseException as exc:
-        return {{"ok": False, "error": "the program failed: " + _describe(exc)}}
+        send(fd, {{"ok": False, "error": "the program failed: " + describe(exc)}})
+        sys.exit(1)
+    namespace["_rlax_equal"] = equal
     try:
         exec(compile(_TESTS, "tests.py", "exec"), namespace)
-    except AssertionError as exc:
-        return {{"ok": False, "assertion": True, "error": _describe(exc)}}
+    except assertion_error as exc:
+        send(fd, {{"ok": False, "assertion": True, "error": describe(exc)}})
+        sys.exit(1)
     except BaseException as exc:
-        return {{"ok": False, "error": "the tests failed: " + _describe(exc)}}
-    return {{"ok": True}}
+        send(fd, {{"ok": False, "error": "the tests failed: " + describe(exc)}})
+        sys.exit(1)
+    send(fd, {{"ok": True}})
+    sys.exit(0)
 
 
 _pid, _fd = _fork_child()
 if _pid == 0:
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    _send(_fd, _check(_fd))
-    os.close(_fd)
-    sys.exit(0)
+    _child_main(_fd)
 _nonce = sys.stdin.buffer.read().decode().strip()
 _message = _receive(_fd)
 if _message is not None and _message.get("ok") is True:
@@ -174,8 +208,45 @@ def function_call_program(source: str, fn_name: str) -> str:
 
 
 def assert_program(source: str, tests: str) -> str:
-    """The harness that runs ``source`` then the asserts ``tests`` (nonce on stdin)."""
-    return _COMMON.format(source=source) + _ASSERT.format(tests=tests)
+    """The harness that runs ``source`` then the asserts ``tests`` (nonce on stdin).
+
+    Raises:
+        SyntaxError: ``tests`` is not valid Python.
+    """
+    return _COMMON.format(source=source) + _ASSERT.format(tests=harden_asserts(tests))
+
+
+class _EqualityInAsserts(ast.NodeTransformer):
+    """``assert a == b`` → ``assert _rlax_equal(a, b)`` (and ``!=`` → ``not ...``)."""
+
+    def visit_Assert(self, node: ast.Assert) -> ast.Assert:
+        test = node.test
+        if (
+            isinstance(test, ast.Compare)
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], (ast.Eq, ast.NotEq))
+        ):
+            call: ast.expr = ast.Call(
+                func=ast.Name("_rlax_equal", ast.Load()),
+                args=[test.left, test.comparators[0]],
+                keywords=[],
+            )
+            if isinstance(test.ops[0], ast.NotEq):
+                call = ast.UnaryOp(ast.Not(), call)
+            node.test = ast.copy_location(call, test)
+        return node
+
+
+def harden_asserts(tests: str) -> str:
+    """Rewrites equality asserts so an object posing as a value never equals one.
+
+    In ``assert f(1) == 2`` the program's return value is compared with ``2`` by a
+    function the harness captured before the program ran: if exactly one side is a plain
+    value (exact built-in types all the way down), they are unequal, so an object whose
+    ``__eq__`` always returns True fails the assert.
+    """
+    tree = _EqualityInAsserts().visit(ast.parse(tests))
+    return ast.unparse(ast.fix_missing_locations(tree))
 
 
 def call_input(args: list) -> str:

@@ -104,7 +104,11 @@ class CodeJudge(Judge):
             source = function_call_program(source, tests.fn_name)
             cases = [_Case(index, call_input(c.args), c.expected) for c in tests.cases]
         else:
-            source = assert_program(source, tests.code)
+            try:
+                source = assert_program(source, tests.code)
+            except SyntaxError as exc:
+                message = f"the problem's assert tests are not valid Python: {exc}"
+                return _Plan(problem, verdict=Verdict(status=VerdictStatus.SE, reward=None, message=message))
             cases = [_Case(index, "")]
         program = Program(
             language=problem.language,

@@ -7,6 +7,10 @@ the slot's size-capped tmpfs; a private ``/proc``; a minimal ``/dev``. The zygot
 only the capabilities it uses (switching uids and killing its runs), and every run drops
 even those with the uid switch. ``plain_command`` is for places that are already an
 isolation boundary of their own: a container, a Lambda execution environment.
+
+No ``--die-with-parent``: its signal fires when the *thread* that started bwrap ends,
+and slots are restarted from worker threads. A zygote exits by itself when its driver's
+socket closes, which also happens when the driver process dies.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ def bwrap_command(
     argv = [
         bwrap,
         "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-        "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+        "--unshare-cgroup-try", "--new-session",
         "--hostname", "sandbox", "--clearenv",
         "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
         "--cap-add", "CAP_KILL",
