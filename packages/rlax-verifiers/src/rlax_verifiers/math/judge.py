@@ -43,7 +43,7 @@ class MathJudge(Judge):
         if expected is None:
             return Verdict(
                 status=VerdictStatus.SE,
-                reward=self.config.wrong_reward,
+                reward=None,
                 message="problem has no 'answer' field; the math judge needs one",
             )
         predicted = extract_answer(completion)
