@@ -19,6 +19,9 @@ def make_problems(*, time_limit_s: float = 1.0, secret: str | None = None) -> di
         "secret": {**stdio, "tests": {"type": "stdin_stdout",
                                       "cases": [{"input": "x\n", "output": secret + "\n"}]}},
         "zero": {**stdio, "tests": {"type": "stdin_stdout", "cases": [{"input": "", "output": "0"}]}},
+        # Filling a disk takes a while where tmpfs pages are charged to a memory cgroup.
+        "zero_slow": {**stdio, "time_limit_s": max(time_limit_s, 4.0),
+                      "tests": {"type": "stdin_stdout", "cases": [{"input": "", "output": "0"}]}},
         "add_call": {**stdio, "tests": {"type": "function_call", "fn_name": "add", "cases": [
             {"args": [1, 2], "expected": 3}, {"args": [10, -3], "expected": 7}]}},
         "add_assert": {**stdio, "tests": {"type": "assert",

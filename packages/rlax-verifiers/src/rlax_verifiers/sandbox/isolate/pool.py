@@ -86,6 +86,8 @@ class Pool:
             except (SlotBroken, OSError):
                 pass  # the next run on this slot reports the failure again
             return {"sandbox_error": str(exc)}
+        except OSError as exc:  # e.g. a full work area while writing the run's files
+            return {"sandbox_error": f"run setup failed on slot {slot.index}: {exc}"}
         finally:
             self._free.put(slot)
 

@@ -31,6 +31,8 @@ class Slot:
 
     Args:
         index: position in the pool.
+        shared_tmp_dirs: temp dirs the runs share with other slots (a container's /tmp):
+            after each run, what this slot's uid left there is removed.
         command: builds the argv that starts the zygote.
         host_dir: the slot's work area as this process sees it.
         inner_dir: the same directory as the zygote sees it.
@@ -38,9 +40,16 @@ class Slot:
     """
 
     def __init__(
-        self, index: int, command: ZygoteCommand, host_dir: Path, inner_dir: str, uid: int | None
+        self,
+        index: int,
+        command: ZygoteCommand,
+        host_dir: Path,
+        inner_dir: str,
+        uid: int | None,
+        shared_tmp_dirs: tuple[str, ...] = (),
     ) -> None:
         self.index = index
+        self.shared_tmp_dirs = shared_tmp_dirs
         self.command = command
         self.host_dir = host_dir
         self.inner_dir = inner_dir
@@ -104,6 +113,8 @@ class Slot:
                     shutil.rmtree(entry, ignore_errors=True)
                 else:
                     entry.unlink(missing_ok=True)
+        for shared in self.shared_tmp_dirs:
+            _remove_owned_by(Path(shared), self.uid)
 
     def send(self, message: dict[str, Any], fds: list[int] | None = None) -> None:
         """Sends a message to the zygote; raises SlotBroken if it is gone."""
@@ -150,3 +161,18 @@ def wait_until_ready(slot: Slot, timeout_s: float = 30.0) -> None:
     reply = slot.receive()
     if not reply.get("pong"):
         raise SlotBroken(f"slot {slot.index}: unexpected zygote reply {reply!r}")
+
+
+def _remove_owned_by(folder: Path, uid: int | None) -> None:
+    if uid is None or not folder.is_dir():
+        return
+    for entry in folder.iterdir():
+        try:
+            if entry.lstat().st_uid != uid:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        except OSError:
+            continue
