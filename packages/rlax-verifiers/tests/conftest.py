@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from rlax_verifiers.sandbox.docker.backend import DockerSandbox, DockerSandboxConfig
 from rlax_verifiers.sandbox.local import LocalSandbox, LocalSandboxConfig
 
 FIRST_UID = 62000
@@ -31,3 +32,11 @@ def host_port() -> Iterator[int]:
     server.listen()
     yield server.getsockname()[1]
     server.close()
+
+
+@pytest.fixture(scope="session")
+def docker_sandbox() -> Iterator[DockerSandbox]:
+    """The docker sandbox, its images built (or found) once per session."""
+    sandbox = DockerSandbox(DockerSandboxConfig(workers=2, compile_time_limit_s=5.0))
+    yield sandbox
+    sandbox.close()

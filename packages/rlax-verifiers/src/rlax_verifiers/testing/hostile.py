@@ -187,8 +187,8 @@ while True:
 ]
 
 _RESOURCES = [
-    _p("huge_allocation", "memory bomb", "double", MLE, "x = bytearray(8 * 1024**3)\nprint(42)"),
-    _p("growing_list", "memory bomb", "double", MLE,
+    _p("huge_allocation", "memory bomb", "double_slow", MLE, "x = bytearray(8 * 1024**3)\nprint(42)"),
+    _p("growing_list", "memory bomb", "double_slow", MLE,
        "chunks = []\nwhile True:\n    chunks.append(bytearray(10**6))"),
     _p("one_huge_file", "disk filling", "zero_slow", RE,
        "with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * (1 << 20))"),

@@ -19,7 +19,10 @@ def make_problems(*, time_limit_s: float = 1.0, secret: str | None = None) -> di
         "secret": {**stdio, "tests": {"type": "stdin_stdout",
                                       "cases": [{"input": "x\n", "output": secret + "\n"}]}},
         "zero": {**stdio, "tests": {"type": "stdin_stdout", "cases": [{"input": "", "output": "0"}]}},
-        # Filling a disk takes a while where tmpfs pages are charged to a memory cgroup.
+        # Filling memory or a disk takes a while where pages are charged to a memory cgroup
+        # and the machine is busy: these get the time to hit their resource limit first.
+        "double_slow": {**stdio, "time_limit_s": max(time_limit_s, 4.0),
+                        "tests": {"type": "stdin_stdout", "cases": [{"input": "21\n", "output": "42\n"}]}},
         "zero_slow": {**stdio, "time_limit_s": max(time_limit_s, 4.0),
                       "tests": {"type": "stdin_stdout", "cases": [{"input": "", "output": "0"}]}},
         "add_call": {**stdio, "tests": {"type": "function_call", "fn_name": "add", "cases": [
