@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the programs under test are kept verbatim, one statement a line)
 """The docker sandbox against a real engine: the image, the container's locks, the suite."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from rlax_verifiers.testing.hostile import judge_canaries, judge_hostile_suite, 
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-PROBE = r'''
+PROBE = r"""
 import json, os
 def writable(path):
     try:
@@ -31,7 +32,7 @@ print(json.dumps({
     "root_writable": writable("/etc/rlax") or writable("/rlax"), "cap_eff": status["CapEff"].strip(),
     "no_new_privs": status["NoNewPrivs"].strip(),
 }))
-'''
+"""
 
 
 def test_the_image_is_built_once_and_then_found_by_its_tag() -> None:

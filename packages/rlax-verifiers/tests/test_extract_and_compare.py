@@ -66,5 +66,7 @@ def test_output_matches(actual: str, expected: str, tolerance: float | None, equ
         (None, None, None, True),
     ],
 )
-def test_values_equal(actual: object, expected: object, tolerance: float | None, equal: bool) -> None:
+def test_values_equal(
+    actual: object, expected: object, tolerance: float | None, equal: bool
+) -> None:
     assert values_equal(actual, expected, tolerance) is equal

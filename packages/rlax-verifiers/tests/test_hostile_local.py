@@ -39,7 +39,8 @@ def test_hostile_programs_get_their_verdicts_and_harm_nothing(
     results = judge_hostile_suite(judge, port=host_port)
     assert mismatches(results) == []
     config = local_sandbox.config
-    assert host_processes_of(range(config.first_uid, config.first_uid + config.workers)) == []
+    uids = range(local_sandbox.first_uid, local_sandbox.first_uid + config.workers)
+    assert host_processes_of(uids) == []
     assert [p for p in ESCAPES if Path(p).exists()] == []
     canaries = judge_canaries(judge)
     assert [v.status for v in canaries] == [VerdictStatus.AC] * len(canaries), [

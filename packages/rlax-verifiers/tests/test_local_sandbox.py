@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the programs under test are kept verbatim, one statement a line)
 """The local sandbox, run for real: isolation, limits, capture, compile, recovery."""
 
 from __future__ import annotations
@@ -8,15 +9,13 @@ import signal
 import time
 from pathlib import Path
 
-import pytest
-
 from rlax_core.contracts.verifier import Program, RunRequest
 from rlax_verifiers.sandbox.local import LocalSandbox
 from rlax_verifiers.testing.host_checks import host_processes_of
 
 FIRST_UID, WORKERS = 62000, 2  # as in conftest's local_sandbox
 
-PROBE = r'''
+PROBE = r"""
 import json, os, resource, socket
 status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
 def can_read(path):
@@ -44,7 +43,7 @@ print(json.dumps({
     "read_root": can_read("/root"), "read_work": can_read("/work"), "read_home": can_read("/home"),
     "host_port": can_connect("127.0.0.1", PORT), "stdin": open(0).read(),
 }))
-'''
+"""
 
 
 def _python(source: str, **limits: object) -> Program:
@@ -121,7 +120,9 @@ def test_runs_of_one_batch_spread_over_the_slots(local_sandbox: LocalSandbox) ->
     assert {int(r.stdout) for r in rows[0]} == {FIRST_UID, FIRST_UID + 1}
 
 
-def test_a_dead_zygote_is_a_sandbox_error_and_the_slot_recovers(local_sandbox: LocalSandbox) -> None:
+def test_a_dead_zygote_is_a_sandbox_error_and_the_slot_recovers(
+    local_sandbox: LocalSandbox,
+) -> None:
     local_sandbox.run(_python("print(1)"), [""])  # make sure the pool is up
     pool = local_sandbox._pool
     assert pool is not None
@@ -139,7 +140,9 @@ def _kill_tree(root: int) -> None:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                parents[int(entry)] = int(
+                    Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]
+                )
             except OSError:
                 continue
     tree, grew = {root}, True

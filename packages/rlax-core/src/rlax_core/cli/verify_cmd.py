@@ -144,7 +144,9 @@ class _Judges:
                 raise
             except Exception as exc:  # a judge's bug must not lose the whole file
                 message = f"the {kind!r} judge failed: {type(exc).__name__}: {exc}"
-                verdicts = [Verdict(status=VerdictStatus.SE, reward=None, message=message)] * len(group)
+                verdicts = [Verdict(status=VerdictStatus.SE, reward=None, message=message)] * len(
+                    group
+                )
             for item, verdict in zip(group, verdicts, strict=True):
                 item.verdict = verdict
 

@@ -130,7 +130,7 @@ class BuildContext:
     sandbox: BaseModel | None = None
 
     def build_sandbox(self) -> Any:
-        """Builds the sandbox backend: ``sandbox`` if given, else ``run_config.verifier.sandbox``."""
+        """Builds the sandbox: ``sandbox`` if given, else ``run_config.verifier.sandbox``."""
         verifier = getattr(self.run_config, "verifier", None)
         sandbox = self.sandbox or getattr(verifier, "sandbox", None)
         if sandbox is None:

@@ -61,7 +61,9 @@ def values_equal(actual: Any, expected: Any, float_tolerance: float | None = Non
         return (
             isinstance(actual, (list, tuple))
             and len(actual) == len(expected)
-            and all(values_equal(a, e, float_tolerance) for a, e in zip(actual, expected, strict=True))
+            and all(
+                values_equal(a, e, float_tolerance) for a, e in zip(actual, expected, strict=True)
+            )
         )
     if isinstance(expected, dict):
         return (

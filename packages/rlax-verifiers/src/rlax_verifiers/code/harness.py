@@ -24,7 +24,7 @@ from __future__ import annotations
 import ast
 import json
 
-_COMMON = r'''
+_COMMON = r"""
 import ctypes, json, os, sys
 _SOURCE = {source!r}
 _LIMIT = 1 << 20
@@ -88,9 +88,9 @@ def _fork_child():
         return 0, write_end
     os.close(write_end)
     return pid, read_end
-'''
+"""
 
-_FUNCTION_CALL = r'''
+_FUNCTION_CALL = r"""
 _FN = {fn_name!r}
 
 
@@ -137,9 +137,9 @@ _pid, _fd = _fork_child()
 if _pid == 0:
     _child_main(_fd, _args)
 _finish(_pid, _receive(_fd))
-'''
+"""
 
-_ASSERT = r'''
+_ASSERT = r"""
 _TESTS = {tests!r}
 
 
@@ -199,7 +199,7 @@ _message = _receive(_fd)
 if _message is not None and _message.get("ok") is True:
     _message = {{"ok": True, "nonce": _nonce}}
 _finish(_pid, _message)
-'''
+"""
 
 
 def function_call_program(source: str, fn_name: str) -> str:

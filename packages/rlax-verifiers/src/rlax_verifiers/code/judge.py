@@ -73,7 +73,9 @@ class CodeJudge(Judge):
         """Judges each completion; all programs of the call go to the sandbox as one batch."""
         if len(problems) != len(completions):
             raise ValueError(f"{len(problems)} problems but {len(completions)} completions")
-        plans = [self._plan(i, p, c) for i, (p, c) in enumerate(zip(problems, completions, strict=True))]
+        plans = [
+            self._plan(i, p, c) for i, (p, c) in enumerate(zip(problems, completions, strict=True))
+        ]
         pending = [case for plan in plans for case in plan.cases]
         for _attempt in range(self.config.se_retries + 1):
             if not pending:
@@ -90,11 +92,14 @@ class CodeJudge(Judge):
         try:
             problem = parse_problem(raw)
         except ProblemError as exc:
-            return _Plan(None, verdict=Verdict(status=VerdictStatus.SE, reward=None, message=str(exc)))
+            return _Plan(
+                None, verdict=Verdict(status=VerdictStatus.SE, reward=None, message=str(exc))
+            )
         code = extract_code(completion)
         if not code.strip():
             return _Plan(
-                problem, verdict=Verdict(status=VerdictStatus.CE, reward=0.0, message="no code found")
+                problem,
+                verdict=Verdict(status=VerdictStatus.CE, reward=0.0, message="no code found"),
             )
         source = problem.code_prefix + ("\n" if problem.code_prefix else "") + code
         tests = problem.tests
@@ -108,7 +113,9 @@ class CodeJudge(Judge):
                 source = assert_program(source, tests.code)
             except SyntaxError as exc:
                 message = f"the problem's assert tests are not valid Python: {exc}"
-                return _Plan(problem, verdict=Verdict(status=VerdictStatus.SE, reward=None, message=message))
+                return _Plan(
+                    problem, verdict=Verdict(status=VerdictStatus.SE, reward=None, message=message)
+                )
             cases = [_Case(index, "")]
         program = Program(
             language=problem.language,
@@ -133,7 +140,10 @@ class CodeJudge(Judge):
         try:
             rows = self.sandbox.run_batch(requests)
         except Exception as exc:  # a backend bug or outage must not lose the batch
-            rows = [[ExecutionResult(sandbox_error=f"{type(exc).__name__}: {exc}")] * len(r.stdin_cases) for r in requests]
+            rows = [
+                [ExecutionResult(sandbox_error=f"{type(exc).__name__}: {exc}")] * len(r.stdin_cases)
+                for r in requests
+            ]
         for group, row in zip(by_problem.values(), rows, strict=True):
             for case, result in zip(group, row, strict=True):
                 case.outcome = self._decide_case(plans[case.problem].problem, case, result)  # type: ignore[arg-type]

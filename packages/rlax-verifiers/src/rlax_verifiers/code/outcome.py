@@ -14,16 +14,13 @@ import signal
 from typing import Any
 
 from rlax_core.types.verdict import ExecutionResult, TestOutcome, VerdictStatus
-
 from rlax_verifiers.code.compare import output_matches, values_equal
 
 _PY_COMPILE_ERROR = re.compile(r"^(SyntaxError|IndentationError|TabError)\b", re.MULTILINE)
 _OUT_OF_MEMORY = re.compile(r"MemoryError|std::bad_alloc|Cannot allocate memory")
 
 
-def _outcome(
-    verdict: VerdictStatus, result: ExecutionResult, message: str = ""
-) -> TestOutcome:
+def _outcome(verdict: VerdictStatus, result: ExecutionResult, message: str = "") -> TestOutcome:
     return TestOutcome(
         verdict=verdict,
         time_s=round(result.wall_s, 6),

@@ -6,7 +6,8 @@
      "tests": {"type": "stdin_stdout", "cases": [{"input": "...", "output": "..."}]},
      "time_limit_s": 2, "memory_limit_mb": 256}
     {"kind": "code", "language": "python",
-     "tests": {"type": "function_call", "fn_name": "f", "cases": [{"args": [...], "expected": ...}]}}
+     "tests": {"type": "function_call", "fn_name": "f",
+               "cases": [{"args": [...], "expected": ...}]}}
     {"kind": "code", "language": "python", "tests": {"type": "assert", "code": "assert f(1) == 2"}}
 
 ``float_tolerance`` (stdin_stdout and function_call) turns on numeric comparison with

@@ -28,9 +28,10 @@ from rlax_core.plugins.registry import BuildContext
 from rlax_core.types.verdict import ExecutionResult
 from rlax_verifiers.sandbox import SandboxUnavailableError
 from rlax_verifiers.sandbox.isolate import batch
+from rlax_verifiers.sandbox.isolate.container import random_uid_block
 from rlax_verifiers.sandbox.isolate.launch import bwrap_command
 from rlax_verifiers.sandbox.isolate.pool import Pool
-from rlax_verifiers.sandbox.isolate.slot import Slot, SlotBroken
+from rlax_verifiers.sandbox.isolate.slot import Slot, SlotBrokenError
 from rlax_verifiers.sandbox.records import request_to_dict, results_from_dicts, sandbox_errors
 
 ISOLATE_DIR = Path(batch.__file__).resolve().parent
@@ -55,8 +56,10 @@ class LocalSandboxConfig(BaseModel):
         description="Interpreter that runs Python programs (default: /usr/bin/python3).",
     )
     bwrap: str = Field(default="bwrap", description="The bubblewrap executable.")
-    first_uid: int = Field(
-        default=62000, ge=1000, description="Slot i runs programs as uid first_uid + i."
+    first_uid: int | None = Field(
+        default=None,
+        ge=1000,
+        description="Slot i runs programs as uid first_uid + i (default: a random block).",
     )
     slot_disk_mb: int = Field(
         default=256, ge=16, description="Size of each slot's tmpfs (work dir, /tmp, /dev/shm)."
@@ -78,6 +81,7 @@ class LocalSandbox(SandboxBackend):
 
     def __init__(self, config: LocalSandboxConfig | None = None) -> None:
         self.config = config or LocalSandboxConfig()
+        self.first_uid = self.config.first_uid or random_uid_block()
         self._pool: Pool | None = None
         self._root: Path | None = None
         self._mounts: list[Path] = []
@@ -87,7 +91,7 @@ class LocalSandbox(SandboxBackend):
         """Runs every request's inputs over the pool's slots."""
         try:
             pool = self._started()
-        except SlotBroken as exc:
+        except SlotBrokenError as exc:
             return sandbox_errors(requests, f"local sandbox failed to start: {exc}")
         rows = batch.run_batch(pool, [request_to_dict(r) for r in requests], self._settings())
         return results_from_dicts(rows)
@@ -156,7 +160,7 @@ class LocalSandbox(SandboxBackend):
                     bwrap, c.python, ISOLATE_DIR, host_dir, fd, extra_ro_binds=c.extra_ro_binds
                 )
 
-            slots.append(Slot(i, command, slot_dir, "/sandbox", c.first_uid + i))
+            slots.append(Slot(i, command, slot_dir, "/sandbox", self.first_uid + i))
         pool = Pool(slots)
         try:
             pool.start()

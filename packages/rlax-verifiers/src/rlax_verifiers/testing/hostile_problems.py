@@ -1,14 +1,40 @@
-"""The problems the hostile programs are judged on, and the suite's canaries."""
+# ruff: noqa: E501  (the programs under test are kept verbatim, one statement a line)
+"""The problems the hostile programs are judged on, the program record, the canaries."""
 
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
+from rlax_core.types.verdict import VerdictStatus
+
 SECRET_PREFIX = "rlax-secret-"
+AC, WA, TLE, MLE, RE, CE, OLE = (
+    VerdictStatus(v) for v in ("AC", "WA", "TLE", "MLE", "RE", "CE", "OLE")
+)
 
 
-def make_problems(*, time_limit_s: float = 1.0, secret: str | None = None) -> dict[str, dict[str, Any]]:
+@dataclass(frozen=True)
+class HostileProgram:
+    """A program, the problem it is judged on, and the verdict it must get."""
+
+    name: str
+    category: str
+    problem: str
+    code: str
+    verdict: VerdictStatus
+
+
+def program(
+    name: str, category: str, problem: str, verdict: VerdictStatus, code: str
+) -> HostileProgram:
+    return HostileProgram(name, category, problem, code.strip("\n") + "\n", verdict)
+
+
+def make_problems(
+    *, time_limit_s: float = 1.0, secret: str | None = None
+) -> dict[str, dict[str, Any]]:
     """The suite's problems by name; ``secret`` is an answer no program can know."""
     secret = secret or SECRET_PREFIX + secrets.token_hex(12)
     stdio = {"kind": "code", "language": "python", "time_limit_s": time_limit_s,
@@ -34,7 +60,7 @@ def make_problems(*, time_limit_s: float = 1.0, secret: str | None = None) -> di
     }  # fmt: skip
 
 
-CANARY_CLEAN_SLOT = r'''
+CANARY_CLEAN_SLOT = r"""
 import os
 mine = os.getuid()
 others = []
@@ -48,13 +74,13 @@ for pid in os.listdir("/proc"):
 leftovers = [e for d in ("/tmp", "/dev/shm", ".") for e in os.listdir(d)
              if os.stat(os.path.join(d, e)).st_uid == mine and e != "main.py"]
 print(0 if not others and not leftovers else f"{others} {leftovers}")
-'''
+"""
 
 # Programs that must still get AC after the hostile ones ran: (problem, code).
 CANARIES: list[tuple[str, str]] = [
     ("double", "print(int(input()) * 2)\n"),
     ("add_call", "def add(a, b):\n    return a + b\n"),
     ("add_assert", "import random, json\ndef add(a, b):\n    return a + b\n"),
-    ("double_cpp", "#include <cstdio>\nint main(){int x; scanf(\"%d\",&x); printf(\"%d\\n\", 2*x);}\n"),
+    ("double_cpp", '#include <cstdio>\nint main(){int x; scanf("%d",&x); printf("%d\\n", 2*x);}\n'),
     ("zero", CANARY_CLEAN_SLOT),
 ]

@@ -11,6 +11,7 @@ may be remote. Big batches are split over several containers, ``containers`` at 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import socket
@@ -29,9 +30,7 @@ from rlax_verifiers.sandbox import SandboxUnavailableError
 from rlax_verifiers.sandbox.docker.image import ensure_image
 from rlax_verifiers.sandbox.records import request_to_dict, results_from_dicts, sandbox_errors
 
-_ENTRY = (
-    "import sys; sys.path.insert(0, '/opt/rlax'); from isolate.container import main; main()"
-)
+_ENTRY = "import sys; sys.path.insert(0, '/opt/rlax'); from isolate.container import main; main()"
 _DRIVER_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL"]
 
 
@@ -53,7 +52,9 @@ class DockerSandboxConfig(BaseModel):
     cpus: float = Field(default=2.0, gt=0, description="CPU limit of a container.")
     disk_mb: int = Field(default=256, ge=64, description="Size of the /sandbox tmpfs.")
     compile_time_limit_s: float = Field(default=15.0, gt=0, description="C++ compile limit.")
-    first_uid: int = Field(default=62000, ge=1000, description="Uid of the first slot.")
+    first_uid: int | None = Field(
+        default=None, ge=1000, description="Uid of the first slot (default: a random block)."
+    )
     timeout_s: float = Field(default=60.0, gt=0, description="Extra time a container may take.")
 
 
@@ -104,7 +105,9 @@ class DockerSandbox(SandboxBackend):
             self._images[flavour] = ensure_image(client, flavour)
         return self._images[flavour]
 
-    def _run_container(self, client: Any, requests: list[RunRequest]) -> list[list[ExecutionResult]]:
+    def _run_container(
+        self, client: Any, requests: list[RunRequest]
+    ) -> list[list[ExecutionResult]]:
         c = self.config
         flavour = "cpp" if any(r.program.language == "cpp" for r in requests) else "python"
         runs = sum(len(r.stdin_cases) for r in requests)
@@ -124,7 +127,8 @@ class DockerSandbox(SandboxBackend):
             api = client.api
             host_config = api.create_host_config(
                 network_mode="none", read_only=True,
-                tmpfs={"/sandbox": f"size={c.disk_mb}m,mode=0711,exec", "/tmp": "size=64m,mode=1777"},
+                tmpfs={"/sandbox": f"size={c.disk_mb}m,mode=0711,exec",
+                       "/tmp": "size=64m,mode=1777"},
                 mem_limit=f"{c.memory_mb}m", memswap_limit=f"{c.memory_mb}m",
                 pids_limit=c.pids, nano_cpus=int(c.cpus * 1e9), cap_drop=["ALL"],
                 cap_add=_DRIVER_CAPS, security_opt=["no-new-privileges"], shm_size="64m",
@@ -147,10 +151,8 @@ class DockerSandbox(SandboxBackend):
             return sandbox_errors(requests, f"docker sandbox: {type(exc).__name__}: {exc}")
         finally:
             if container is not None:
-                try:
+                with contextlib.suppress(Exception):
                     container.remove(force=True)
-                except Exception:  # noqa: BLE001 - already gone, or the engine is
-                    pass
 
 
 def _split(requests: list[RunRequest], most_runs: int) -> list[list[RunRequest]]:

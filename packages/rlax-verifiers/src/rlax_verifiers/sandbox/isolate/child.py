@@ -12,6 +12,7 @@ reports a sandbox error instead of blaming the program.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import resource
@@ -40,7 +41,7 @@ def run(job: dict[str, Any], fds: list[int], report_fd: int, sys_path: list[str]
         if job["mode"] == "exec":
             argv = job["argv"]
             os.execve(argv[0], argv, job.get("env", {}))
-    except BaseException as exc:  # noqa: BLE001 - anything here is the sandbox's failure
+    except BaseException as exc:
         _report(report_fd, f"run setup failed: {type(exc).__name__}: {exc}")
         os._exit(SETUP_FAILED)
     os.close(report_fd)
@@ -112,7 +113,7 @@ def _run_python(path: str, sys_path: list[str]) -> NoReturn:
         exec(code, main.__dict__)
     except SystemExit as exc:
         _exit_like_the_interpreter(_exit_status(exc))
-    except BaseException as exc:  # noqa: BLE001 - reported as the interpreter would
+    except BaseException as exc:
         # Start the report in the program, as the interpreter's own does.
         tb = exc.__traceback__.tb_next if exc.__traceback__ else None
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)
@@ -137,13 +138,13 @@ def _exit_like_the_interpreter(status: int) -> NoReturn:
         atexit._run_exitfuncs()
     except SystemExit as exc:
         status = _exit_status(exc)
-    except BaseException:  # noqa: BLE001 - as the interpreter: report, keep exiting
+    except BaseException:
         traceback.print_exc()
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
                 stream.flush()
-        except BaseException:  # noqa: BLE001
+        except BaseException:
             status = status or 120
     os._exit(status)
 
@@ -154,10 +155,8 @@ def _exit_status(exc: SystemExit) -> int:
         return 0
     if isinstance(code, int):
         return code & 0xFF
-    try:
+    with contextlib.suppress(BaseException):
         print(code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001
-        pass
     return 1
 
 
@@ -185,14 +184,10 @@ def _max_fd() -> int:
 
 
 def _close(fd: int) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.close(fd)
-    except OSError:
-        pass
 
 
 def _report(fd: int, message: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.write(fd, message.encode(errors="replace")[:4096])
-    except OSError:
-        pass

@@ -3,15 +3,15 @@
 Reads one JSON batch, ``{"requests": [...], "settings": {...}, "workers": N,
 "first_uid": U}``, runs it on a pool of plain zygotes (the container is the isolation
 boundary; the uid switch, rlimits and kills happen as everywhere else) and writes
-``{"results": [[...], ...]}``. Started as::
-
-    python3 -I -c "import sys; sys.path.insert(0, '/opt/rlax'); from isolate.container import main; main()"
+``{"results": [[...], ...]}``. Started as ``python3 -I -c "...; from isolate.container
+import main; main()"`` with ``/opt/rlax`` on ``sys.path``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import sys
 from pathlib import Path
@@ -28,7 +28,9 @@ ISOLATE_DIR = Path(__file__).resolve().parent
 def run_batch_here(message: dict[str, Any], work_root: Path) -> dict[str, Any]:
     """Runs a batch message on a fresh pool whose slots live under ``work_root``."""
     workers = max(1, int(message.get("workers", 1)))
-    first_uid = message.get("first_uid", 62000) if os.geteuid() == 0 else None
+    first_uid = None
+    if os.geteuid() == 0:
+        first_uid = message.get("first_uid") or random_uid_block()
     python = message.get("python") or sys.executable
     slots = []
     for i in range(workers):
@@ -50,6 +52,13 @@ def run_batch_here(message: dict[str, Any], work_root: Path) -> dict[str, Any]:
         for i in range(workers):
             shutil.rmtree(work_root / f"slot-{i}", ignore_errors=True)
     return {"results": results}
+
+
+def random_uid_block() -> int:
+    """The first of 64 uids picked at random, so that pools running at the same time
+    (containers, invocations) almost surely use different uids: RLIMIT_NPROC counts the
+    processes of a uid across the whole machine."""
+    return 100_000 + secrets.randbelow(1 << 24) * 64
 
 
 def main() -> None:

@@ -37,6 +37,30 @@ def plain_command(python: str, isolate_dir: Path, control_fd: int) -> list[str]:
     return [python, *bootstrap(str(isolate_dir.parent)), "--control-fd", str(control_fd)]
 
 
+def bwrap_namespaces(
+    bwrap: str, python: str, caps: tuple[str, ...], extra_ro_binds: tuple[str, ...] = ()
+) -> list[str]:
+    """The start of a bwrap command: fresh namespaces, only ``caps`` kept, a read-only
+    view of the system directories (and ``extra_ro_binds``), a private /proc and /dev."""
+    argv = [
+        bwrap,
+        "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+        "--unshare-cgroup-try", "--new-session",
+        "--hostname", "sandbox", "--clearenv", "--cap-drop", "ALL",
+    ]  # fmt: skip
+    for cap in caps:
+        argv += ["--cap-add", cap]
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for path in (*_ETC_FILES, *extra_ro_binds, *_outside_usr(python)):
+        if os.path.exists(path):
+            argv += ["--ro-bind", path, path]
+    return [*argv, "--proc", "/proc", "--dev", "/dev"]
+
+
 def bwrap_command(
     bwrap: str,
     python: str,
@@ -49,25 +73,9 @@ def bwrap_command(
 ) -> list[str]:
     """Starts the zygote inside fresh bubblewrap namespaces, seeing ``slot_dir`` as
     ``inner_dir``; ``extra_ro_binds`` are more host paths to show read-only."""
-    argv = [
-        bwrap,
-        "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-        "--unshare-cgroup-try", "--new-session",
-        "--hostname", "sandbox", "--clearenv",
-        "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-        "--cap-add", "CAP_KILL",
-    ]  # fmt: skip
-    for path in _SYSTEM_DIRS:
-        if os.path.islink(path):
-            argv += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            argv += ["--ro-bind", path, path]
-    for path in (*_ETC_FILES, *extra_ro_binds, *_outside_usr(python)):
-        if os.path.exists(path):
-            argv += ["--ro-bind", path, path]
-    argv += [
-        "--proc", "/proc",
-        "--dev", "/dev",
+    caps = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL")
+    return [
+        *bwrap_namespaces(bwrap, python, caps, extra_ro_binds),
         "--bind", str(slot_dir), inner_dir,
         "--bind", str(slot_dir / "tmp"), "/tmp",
         "--bind", str(slot_dir / "shm"), "/dev/shm",
@@ -75,7 +83,6 @@ def bwrap_command(
         "--chdir", inner_dir,
         python, *bootstrap(ISOLATE_PARENT), "--control-fd", str(control_fd),
     ]  # fmt: skip
-    return argv
 
 
 def _outside_usr(python: str) -> list[str]:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .slot import Slot, SlotBroken, wait_until_ready
+from .slot import Slot, SlotBrokenError, wait_until_ready
 
 _REPORT_GRACE_S = 10.0  # beyond the wall limit, how long the zygote may take to report
 _EOF_GRACE_S = 2.0
@@ -79,11 +79,11 @@ class Pool:
         slot = self._free.get()
         try:
             return _execute_on(slot, spec, next(self._ids))
-        except SlotBroken as exc:
+        except SlotBrokenError as exc:
             try:
                 slot.start()
                 wait_until_ready(slot)
-            except (SlotBroken, OSError):
+            except (SlotBrokenError, OSError):
                 pass  # the next run on this slot reports the failure again
             return {"sandbox_error": str(exc)}
         except OSError as exc:  # e.g. a full work area while writing the run's files
@@ -150,8 +150,10 @@ def _collect(
             deadline = min(deadline, now + _EOF_GRACE_S)
         if now > deadline:
             if report is None:
-                raise SlotBroken(f"slot {slot.index}: no report {wall_s + _REPORT_GRACE_S:.0f}s "
-                                 "after the run started")
+                raise SlotBrokenError(
+                    f"slot {slot.index}: no report {wall_s + _REPORT_GRACE_S:.0f}s "
+                    "after the run started"
+                )
             break  # output still open after every process was killed: stop reading
         for fd, _event in poller.poll(max(1, int((deadline - now) * 1000))):
             if fd == slot.sock.fileno():

@@ -6,6 +6,7 @@ File descriptors travel with ``SCM_RIGHTS``; the receiver owns the copies it get
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from typing import Any
@@ -38,7 +39,5 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 def _close_quietly(fd: int) -> None:
     import os
 
-    try:
+    with contextlib.suppress(OSError):
         os.close(fd)
-    except OSError:
-        pass

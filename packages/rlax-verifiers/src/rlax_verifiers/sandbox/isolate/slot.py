@@ -22,7 +22,7 @@ from . import protocol
 ZygoteCommand = Callable[[int, int, Path], list[str]]
 
 
-class SlotBroken(RuntimeError):
+class SlotBrokenError(RuntimeError):
     """The zygote died or stopped answering; the slot must be restarted."""
 
 
@@ -117,25 +117,25 @@ class Slot:
             _remove_owned_by(Path(shared), self.uid)
 
     def send(self, message: dict[str, Any], fds: list[int] | None = None) -> None:
-        """Sends a message to the zygote; raises SlotBroken if it is gone."""
+        """Sends a message to the zygote; raises SlotBrokenError if it is gone."""
         if self.sock is None:
-            raise SlotBroken(f"slot {self.index} is not started")
+            raise SlotBrokenError(f"slot {self.index} is not started")
         try:
             protocol.send(self.sock, message, fds)
         except OSError as exc:
-            raise SlotBroken(f"slot {self.index}: zygote unreachable ({exc})") from exc
+            raise SlotBrokenError(f"slot {self.index}: zygote unreachable ({exc})") from exc
 
     def receive(self) -> dict[str, Any]:
-        """Receives the zygote's next message; raises SlotBroken if it is gone."""
+        """Receives the zygote's next message; raises SlotBrokenError if it is gone."""
         assert self.sock is not None
         try:
             message, fds = protocol.receive(self.sock)
         except OSError as exc:
-            raise SlotBroken(f"slot {self.index}: zygote unreachable ({exc})") from exc
+            raise SlotBrokenError(f"slot {self.index}: zygote unreachable ({exc})") from exc
         for fd in fds:
             os.close(fd)
         if message is None:
-            raise SlotBroken(f"slot {self.index}: zygote exited{self._exit_note()}")
+            raise SlotBrokenError(f"slot {self.index}: zygote exited{self._exit_note()}")
         return message
 
     def _exit_note(self) -> str:
@@ -157,10 +157,10 @@ def wait_until_ready(slot: Slot, timeout_s: float = 30.0) -> None:
     poller = select.poll()
     poller.register(slot.sock, select.POLLIN)
     if not poller.poll(int(timeout_s * 1000)):
-        raise SlotBroken(f"slot {slot.index}: zygote did not start in {timeout_s:.0f}s")
+        raise SlotBrokenError(f"slot {slot.index}: zygote did not start in {timeout_s:.0f}s")
     reply = slot.receive()
     if not reply.get("pong"):
-        raise SlotBroken(f"slot {slot.index}: unexpected zygote reply {reply!r}")
+        raise SlotBrokenError(f"slot {slot.index}: unexpected zygote reply {reply!r}")
 
 
 def _remove_owned_by(folder: Path, uid: int | None) -> None:

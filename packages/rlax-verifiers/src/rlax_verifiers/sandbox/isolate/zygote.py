@@ -11,6 +11,7 @@ code itself. It exits, killing its runs, when the driver's socket closes.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import select
@@ -116,10 +117,8 @@ def _supervise(
 
 def _kill_group(pgid: int) -> None:
     for kill in (os.killpg, os.kill):  # the child may not have called setsid() yet
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             kill(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _kill_leftovers(uid: int | None) -> None:
@@ -133,10 +132,8 @@ def _kill_leftovers(uid: int | None) -> None:
         if uid is not None:
             _kill_uid(uid)
         for pid in leftovers:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         time.sleep(min(0.001 * attempt, 0.05))
     raise RuntimeError("processes of a finished run survived 1000 kill rounds")
 
