@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlax_core.contracts.verifier import Judge, Program, RunRequest, SandboxBackend
+from rlax_core.errors import RlaxError
 from rlax_core.plugins.registry import BuildContext
 from rlax_core.types.verdict import ExecutionResult, TestOutcome, Verdict, VerdictStatus
 from rlax_verifiers.code import outcome
@@ -139,11 +140,11 @@ class CodeJudge(Judge):
         ]
         try:
             rows = self.sandbox.run_batch(requests)
+        except RlaxError:
+            raise  # the sandbox cannot work here at all (e.g. no engine): say so, once
         except Exception as exc:  # a backend bug or outage must not lose the batch
-            rows = [
-                [ExecutionResult(sandbox_error=f"{type(exc).__name__}: {exc}")] * len(r.stdin_cases)
-                for r in requests
-            ]
+            error = ExecutionResult(sandbox_error=f"{type(exc).__name__}: {exc}")
+            rows = [[error] * len(r.stdin_cases) for r in requests]
         for group, row in zip(by_problem.values(), rows, strict=True):
             for case, result in zip(group, row, strict=True):
                 case.outcome = self._decide_case(plans[case.problem].problem, case, result)  # type: ignore[arg-type]
