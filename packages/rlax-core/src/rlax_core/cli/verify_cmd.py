@@ -128,6 +128,7 @@ class _Judges:
         self.missing: dict[str, str] = {}
 
     def judge(self, items: list[_Item]) -> None:
+        """Gives every item without a verdict one, judging each kind in one call."""
         by_kind: dict[str, list[_Item]] = {}
         for item in items:
             if item.verdict is None:
@@ -164,6 +165,7 @@ class _Judges:
         return self.built.get(kind)
 
     def close(self) -> None:
+        """Closes the judges built (and so their sandboxes)."""
         for judge in self.built.values():
             judge.close()
 

@@ -220,6 +220,7 @@ class _EqualityInAsserts(ast.NodeTransformer):
     """``assert a == b`` → ``assert _rlax_equal(a, b)`` (and ``!=`` → ``not ...``)."""
 
     def visit_Assert(self, node: ast.Assert) -> ast.Assert:
+        """Rewrites one assert statement if it is a single ``==`` or ``!=``."""
         test = node.test
         if (
             isinstance(test, ast.Compare)

@@ -34,6 +34,7 @@ class MathJudge(Judge):
     def judge(
         self, problems: Sequence[Mapping[str, Any]], completions: Sequence[str]
     ) -> list[Verdict]:
+        """Judges each completion's final answer against its problem's ``answer``."""
         if len(problems) != len(completions):
             raise ValueError(f"{len(problems)} problems but {len(completions)} completions")
         return [self._one(p, c) for p, c in zip(problems, completions, strict=True)]

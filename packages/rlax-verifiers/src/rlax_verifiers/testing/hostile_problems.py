@@ -29,6 +29,7 @@ class HostileProgram:
 def program(
     name: str, category: str, problem: str, verdict: VerdictStatus, code: str
 ) -> HostileProgram:
+    """A table row (the code's surrounding blank lines dropped)."""
     return HostileProgram(name, category, problem, code.strip("\n") + "\n", verdict)
 
 

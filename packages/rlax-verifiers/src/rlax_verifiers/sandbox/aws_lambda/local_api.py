@@ -155,7 +155,10 @@ class LocalLambdaServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            """Routes Invoke calls to the server; anything else is a 404."""
+
             def do_POST(self) -> None:
+                """Answers one Invoke call."""
                 match = _PATH.match(self.path.split("?")[0])
                 length = int(self.headers.get("Content-Length") or 0)
                 payload = self.rfile.read(length) if length else b""
@@ -176,7 +179,7 @@ class LocalLambdaServer:
                 self.wfile.write(body)
 
             def log_message(self, format: str, *args: Any) -> None:
-                pass
+                """Quiet: tests and benchmarks make many calls."""
 
         return Handler
 

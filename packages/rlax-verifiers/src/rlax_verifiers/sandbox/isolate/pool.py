@@ -197,6 +197,7 @@ class _Capture:
         self.truncated = False
 
     def add(self, data: bytes) -> None:
+        """Keeps what fits under the limit; marks the capture truncated past it."""
         room = self.limit - self.size
         if len(data) > room:
             self.truncated = True
@@ -206,6 +207,7 @@ class _Capture:
             self.size += len(data)
 
     def text(self) -> str:
+        """What was kept, as UTF-8 with invalid bytes replaced."""
         return b"".join(self.chunks).decode("utf-8", errors="replace")
 
 
