@@ -28,8 +28,12 @@ ensure_docker_engine() {
     return
   fi
   local log=${RLAX_DOCKERD_LOG:-/var/log/rlax-dockerd.log}
-  echo "starting dockerd (log: $log)" >&2
-  nohup dockerd --storage-driver=vfs --iptables=false --bridge=none >"$log" 2>&1 &
+  if ! dockerd_running; then
+    # A dockerd that was killed leaves its pid file, and a new one refuses to start.
+    rm -f /var/run/docker.pid
+    echo "starting dockerd (log: $log)" >&2
+    nohup dockerd --storage-driver=vfs --iptables=false --bridge=none >"$log" 2>&1 &
+  fi
   for _ in $(seq 1 60); do
     docker_answers && return
     sleep 0.5
@@ -37,6 +41,14 @@ ensure_docker_engine() {
   echo "dockerd did not start; see $log" >&2
   tail -20 "$log" >&2
   exit 1
+}
+
+dockerd_running() {
+  local pid state
+  pid=$(cat /var/run/docker.pid 2>/dev/null) || return 1
+  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ] || return 1
+  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
+  [ -n "$state" ] && [ "$state" != Z ]
 }
 
 docker_answers() {

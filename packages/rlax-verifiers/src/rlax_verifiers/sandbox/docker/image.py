@@ -81,7 +81,21 @@ def ensure_image(client: Any, flavour: str, log: Callable[[str], None] = lambda 
         repository, version = tag.split(":")
         client.api.import_image_from_file(str(archive), repository=repository, tag=version)
     client.images.get(tag)  # raises if the import did not produce it
+    _remove_older(client, flavour, tag)
     return tag
+
+
+def _remove_older(client: Any, flavour: str, keep: str) -> None:
+    """Removes images of earlier inputs (with vfs storage each is a full copy on disk)."""
+    import docker.errors
+
+    for image in client.images.list(name=REPOSITORY):
+        for tag in image.tags:
+            if tag.startswith(f"{REPOSITORY}:{flavour}-") and tag != keep:
+                try:
+                    client.images.remove(tag)
+                except docker.errors.APIError:
+                    pass  # in use by a running container: removed next time
 
 
 def _ensure_rootfs(flavour: str, log: Callable[[str], None]) -> Path:
