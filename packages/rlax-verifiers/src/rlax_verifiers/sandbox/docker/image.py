@@ -12,6 +12,7 @@ registry can build ``Dockerfile`` beside this module instead (see :func:`main`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
@@ -92,10 +93,9 @@ def _remove_older(client: Any, flavour: str, keep: str) -> None:
     for image in client.images.list(name=REPOSITORY):
         for tag in image.tags:
             if tag.startswith(f"{REPOSITORY}:{flavour}-") and tag != keep:
-                try:
+                # An image still in use by a container stays, and goes next time.
+                with contextlib.suppress(docker.errors.APIError):
                     client.images.remove(tag)
-                except docker.errors.APIError:
-                    pass  # in use by a running container: removed next time
 
 
 def _ensure_rootfs(flavour: str, log: Callable[[str], None]) -> Path:
