@@ -39,6 +39,15 @@ class CodeJudgeConfig(BaseModel):
     output_limit_bytes: int = Field(
         default=1 << 20, ge=1024, description="Cap on a test's stdout and on its stderr (OLE)."
     )
+    wall_time_factor: float = Field(
+        default=1.5,
+        ge=1.0,
+        description="A run is killed at time_limit_s × this + wall_time_slack_s of wall time; "
+        "TLE is CPU time over time_limit_s, or that kill (busy neighbours cost no verdict).",
+    )
+    wall_time_slack_s: float = Field(
+        default=0.5, ge=0.0, description="Added to the wall-clock limit (see wall_time_factor)."
+    )
 
 
 @dataclass
@@ -121,7 +130,8 @@ class CodeJudge(Judge):
         program = Program(
             language=problem.language,
             source=source,
-            time_limit_s=problem.time_limit_s,
+            time_limit_s=problem.time_limit_s * self.config.wall_time_factor
+            + self.config.wall_time_slack_s,
             memory_limit_mb=problem.memory_limit_mb,
             output_limit_bytes=self.config.output_limit_bytes,
             result_channel=tests.type != "stdin_stdout",
@@ -151,12 +161,13 @@ class CodeJudge(Judge):
 
     @staticmethod
     def _decide_case(problem: CodeProblem, case: _Case, result: ExecutionResult) -> TestOutcome:
-        tests, memory = problem.tests, problem.memory_limit_mb
+        tests = problem.tests
+        limits = outcome.Limits(problem.time_limit_s, problem.memory_limit_mb)
         if tests.type == "stdin_stdout":
-            return outcome.stdio_outcome(result, case.expected, tests.float_tolerance, memory)
+            return outcome.stdio_outcome(result, case.expected, tests.float_tolerance, limits)
         if tests.type == "function_call":
-            return outcome.call_outcome(result, case.expected, tests.float_tolerance, memory)
-        return outcome.assert_outcome(result, case.stdin, memory)
+            return outcome.call_outcome(result, case.expected, tests.float_tolerance, limits)
+        return outcome.assert_outcome(result, case.stdin, limits)
 
     def _decide(self, plan: _Plan) -> Verdict:
         tests = tuple(c.outcome for c in plan.cases if c.outcome is not None)

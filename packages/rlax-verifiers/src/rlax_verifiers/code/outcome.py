@@ -1,7 +1,8 @@
 """Turning what the sandbox observed into a test verdict. Order decides ties:
 
 SE (the sandbox failed) → CE (a compile step failed, or Python could not compile the
-source) → TLE (killed at the wall limit, or the CPU limit's SIGXCPU) → OLE (an output
+source) → TLE (CPU time over the time limit, killed at the wall limit, which the judge
+sets with some slack, or the CPU rlimit's SIGXCPU) → OLE (an output
 stream passed its cap) → MLE (a failed allocation or the memory cap) → RE (any other
 non-zero exit or signal) → the test type's own check (AC or WA).
 """
@@ -11,13 +12,20 @@ from __future__ import annotations
 import json
 import re
 import signal
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlax_core.types.verdict import ExecutionResult, TestOutcome, VerdictStatus
 from rlax_verifiers.code.compare import output_matches, values_equal
 
 _PY_COMPILE_ERROR = re.compile(r"^(SyntaxError|IndentationError|TabError)\b", re.MULTILINE)
 _OUT_OF_MEMORY = re.compile(r"MemoryError|std::bad_alloc|Cannot allocate memory")
+
+
+class Limits(NamedTuple):
+    """The problem's limits, against which a run is judged."""
+
+    time_s: float
+    memory_mb: int
 
 
 def _outcome(verdict: VerdictStatus, result: ExecutionResult, message: str = "") -> TestOutcome:
@@ -41,14 +49,15 @@ def _compiler_error(text: str) -> str:
     return _last_line(text)
 
 
-def failure(result: ExecutionResult, memory_limit_mb: int) -> TestOutcome | None:
+def failure(result: ExecutionResult, limits: Limits) -> TestOutcome | None:
     """The verdict of a run that did not finish normally, or None if it did."""
+    memory_limit_mb = limits.memory_mb
     if result.sandbox_error:
         return _outcome(VerdictStatus.SE, result, result.sandbox_error)
     if result.stage == "compile":
         detail = "compile time limit" if result.timed_out else _compiler_error(result.stderr)
         return _outcome(VerdictStatus.CE, result, detail or "compilation failed")
-    if result.timed_out or result.signal == signal.SIGXCPU:
+    if result.timed_out or result.signal == signal.SIGXCPU or result.cpu_s > limits.time_s:
         return _outcome(VerdictStatus.TLE, result, "time limit exceeded")
     if result.stdout_truncated or result.stderr_truncated or result.channel_truncated:
         return _outcome(VerdictStatus.OLE, result, "output limit exceeded")
@@ -66,10 +75,10 @@ def failure(result: ExecutionResult, memory_limit_mb: int) -> TestOutcome | None
 
 
 def stdio_outcome(
-    result: ExecutionResult, expected: str, float_tolerance: float | None, memory_limit_mb: int
+    result: ExecutionResult, expected: str, float_tolerance: float | None, limits: Limits
 ) -> TestOutcome:
     """Verdict of a stdin/stdout test."""
-    failed = failure(result, memory_limit_mb)
+    failed = failure(result, limits)
     if failed is not None:
         return failed
     if output_matches(result.stdout, expected, float_tolerance):
@@ -88,10 +97,10 @@ def _channel_message(result: ExecutionResult) -> dict[str, Any] | None:
 
 
 def call_outcome(
-    result: ExecutionResult, expected: Any, float_tolerance: float | None, memory_limit_mb: int
+    result: ExecutionResult, expected: Any, float_tolerance: float | None, limits: Limits
 ) -> TestOutcome:
     """Verdict of a function-call test: the return value came through the channel."""
-    failed = failure(result, memory_limit_mb)
+    failed = failure(result, limits)
     if failed is not None:
         return failed
     message = _channel_message(result)
@@ -107,9 +116,9 @@ def call_outcome(
     return _outcome(VerdictStatus.WA, result, "wrong return value")
 
 
-def assert_outcome(result: ExecutionResult, nonce: str, memory_limit_mb: int) -> TestOutcome:
+def assert_outcome(result: ExecutionResult, nonce: str, limits: Limits) -> TestOutcome:
     """Verdict of an assert test: AC only if the harness wrote this run's nonce."""
-    failed = failure(result, memory_limit_mb)
+    failed = failure(result, limits)
     if failed is not None:
         return failed
     message = _channel_message(result)
