@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -151,7 +152,8 @@ def _kill_tree(root: int) -> None:
         tree |= new
         grew = bool(new)
     for pid in tree:
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it may have just exited
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_nothing_is_written_outside_the_sandbox(local_sandbox: LocalSandbox) -> None:
