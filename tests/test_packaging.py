@@ -93,6 +93,10 @@ def test_core_and_verifiers_list_exactly_their_plugins(venv: Path) -> None:
     assert {(p["kind"], p["name"], p["package"]) for p in listing["plugins"]} == {
         ("transport", "inproc", "rlax-core"),
         ("judge", "math", "rlax-verifiers"),
+        ("judge", "code", "rlax-verifiers"),
+        ("sandbox", "local", "rlax-verifiers"),
+        ("sandbox", "docker", "rlax-verifiers"),
+        ("sandbox", "lambda", "rlax-verifiers"),
     }
     table = _run(venv / "bin" / "rlax", "plugins").stdout
     assert "rlax-verifiers" in table and "nats" not in table

@@ -24,3 +24,9 @@ def test_math_judge_is_registered_by_this_package() -> None:
     registration = load_registry().get("judge", "math")
     assert registration.package == "rlax-verifiers"
     assert registration.plugin == "verifiers"
+
+
+def test_code_judge_and_sandboxes_are_registered() -> None:
+    registry = load_registry()
+    assert registry.get("judge", "code").package == "rlax-verifiers"
+    assert registry.names("sandbox") == ["docker", "lambda", "local"]

@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 from rlax_core.hookspecs import Register, hookimpl
+from rlax_verifiers.code.judge import CodeJudgeConfig, make_code_judge
 from rlax_verifiers.math.judge import MathJudgeConfig, make_math_judge
+from rlax_verifiers.sandbox.aws_lambda.client import LambdaSandboxConfig, make_lambda_sandbox
+from rlax_verifiers.sandbox.docker.backend import DockerSandboxConfig, make_docker_sandbox
+from rlax_verifiers.sandbox.local import LocalSandboxConfig, make_local_sandbox
 
 
 @hookimpl
 def register_judges(register: Register) -> None:
-    """Registers the ``math`` judge."""
+    """Registers the ``math`` and ``code`` judges."""
     register("math", make_math_judge, MathJudgeConfig)
+    register("code", make_code_judge, CodeJudgeConfig)
+
+
+@hookimpl
+def register_sandboxes(register: Register) -> None:
+    """Registers the ``local``, ``docker`` and ``lambda`` sandboxes."""
+    register("local", make_local_sandbox, LocalSandboxConfig)
+    register("docker", make_docker_sandbox, DockerSandboxConfig)
+    register("lambda", make_lambda_sandbox, LambdaSandboxConfig)

@@ -4,7 +4,7 @@ from rlax_core.contracts.launcher import Launcher, ProcessStatus, RenderedArtifa
 from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
 from rlax_core.contracts.queue import Queue
 from rlax_core.contracts.transport import Transport
-from rlax_core.contracts.verifier import Judge, Program, SandboxBackend
+from rlax_core.contracts.verifier import Judge, Program, RunRequest, SandboxBackend
 
 __all__ = [
     "FetchedParameters",
@@ -15,6 +15,7 @@ __all__ = [
     "Program",
     "Queue",
     "RenderedArtifact",
+    "RunRequest",
     "SandboxBackend",
     "Transport",
 ]

@@ -28,6 +28,18 @@ class Program(Record):
     output_limit_bytes: int = Field(
         default=1 << 20, gt=0, description="Cap on captured stdout and on stderr, each."
     )
+    result_channel: bool = Field(
+        default=False,
+        description="Open file descriptor 3 as a write-only result channel; what the program "
+        "writes there comes back in ExecutionResult.channel.",
+    )
+
+
+class RunRequest(Record):
+    """One program and the stdin inputs to run it on (once per input)."""
+
+    program: Program = Field(description="What to run.")
+    stdin_cases: tuple[str, ...] = Field(description="One run per input, in order.")
 
 
 class SandboxBackend(ABC):
@@ -36,12 +48,21 @@ class SandboxBackend(ABC):
     Guarantees: each run starts from a clean state, cannot reach the network or the
     host's files, is killed from outside at its wall limit, and leaves nothing running.
     An infrastructure failure is reported in ``ExecutionResult.sandbox_error``, never
-    as a program failure.
+    as a program failure. Runs of one batch may execute concurrently, never in the
+    same process.
     """
 
     @abstractmethod
+    def run_batch(self, requests: Sequence[RunRequest]) -> list[list[ExecutionResult]]:
+        """Runs every request; ``result[i][j]`` is request ``i`` on its input ``j``.
+
+        A backend may spread the runs over workers, containers or invocations; a C++
+        program is compiled once per request.
+        """
+
     def run(self, program: Program, stdin_cases: Sequence[str]) -> list[ExecutionResult]:
         """Runs ``program`` once per stdin input; results in input order."""
+        return self.run_batch([RunRequest(program=program, stdin_cases=tuple(stdin_cases))])[0]
 
     def close(self) -> None:  # noqa: B027  (optional hook with a default)
         """Releases pooled processes or containers; idempotent."""

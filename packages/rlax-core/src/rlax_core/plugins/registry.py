@@ -120,16 +120,19 @@ class BuildContext:
         registry: to build other plugins (a code judge builds its sandbox).
         run_config: the whole validated run config, when building for a run.
         run_dir: the run directory, when there is one.
+        sandbox: a validated sandbox config to use instead of ``run_config``'s (what
+            ``rlax verify --backend`` builds).
     """
 
     registry: Registry
     run_config: Any = None
     run_dir: Path | None = None
+    sandbox: BaseModel | None = None
 
     def build_sandbox(self) -> Any:
-        """Builds the sandbox backend named in ``run_config.verifier.sandbox``."""
+        """Builds the sandbox: ``sandbox`` if given, else ``run_config.verifier.sandbox``."""
         verifier = getattr(self.run_config, "verifier", None)
-        sandbox = getattr(verifier, "sandbox", None)
+        sandbox = self.sandbox or getattr(verifier, "sandbox", None)
         if sandbox is None:
             installed = ", ".join(self.registry.names("sandbox")) or "none"
             raise PluginError(

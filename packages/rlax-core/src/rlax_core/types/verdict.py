@@ -8,6 +8,7 @@ enter the sandbox.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field
 
@@ -39,10 +40,16 @@ class TestOutcome(Record):
 
 
 class Verdict(Record):
-    """The judgement of one completion of one problem."""
+    """The judgement of one completion of one problem.
+
+    An SE verdict has no reward (``None``): the sandbox failed, so nothing is known about
+    the completion, and the RL loop must drop or retry it rather than train on a 0.
+    """
 
     status: VerdictStatus = Field(description="Overall outcome.")
-    reward: float = Field(description="Scalar reward given to the RL loop.")
+    reward: float | None = Field(
+        description="Scalar reward given to the RL loop; None for SE (no judgement)."
+    )
     tests: tuple[TestOutcome, ...] = Field(default=(), description="Per-test outcomes, if any.")
     message: str = Field(default="", description="Short human-readable detail.")
 
@@ -50,9 +57,16 @@ class Verdict(Record):
 class ExecutionResult(Record):
     """What a sandbox observed running one program on one input. No judgement.
 
-    Output streams are capped; ``*_truncated`` says whether the cap was hit.
+    Output streams are capped; ``*_truncated`` says whether the cap was hit. ``channel``
+    is what the program wrote to its result channel (file descriptor 3, when the program
+    asked for one): the harness of function-call and assert tests reports there, out of
+    reach of the code under test. A C++ program that failed to compile is reported once
+    per input with ``stage="compile"`` and the compiler's output.
     """
 
+    stage: Literal["compile", "run"] = Field(
+        default="run", description="Which step this result describes: compiling or running."
+    )
     stdout: str = Field(default="", description="Captured stdout (UTF-8, invalid bytes replaced).")
     stdout_truncated: bool = Field(default=False, description="stdout exceeded its byte cap.")
     stderr: str = Field(default="", description="Captured stderr (UTF-8, invalid bytes replaced).")
@@ -63,6 +77,12 @@ class ExecutionResult(Record):
     cpu_s: float = Field(default=0.0, ge=0, description="User + system CPU time.")
     peak_memory_mb: float = Field(default=0.0, ge=0, description="Peak resident memory.")
     timed_out: bool = Field(default=False, description="Killed from outside at the wall limit.")
+    channel: str | None = Field(
+        default=None, description="Bytes written to the result channel (fd 3), if one was open."
+    )
+    channel_truncated: bool = Field(
+        default=False, description="The result channel exceeded its byte cap."
+    )
     sandbox_error: str | None = Field(
         default=None, description="Set when the sandbox itself failed (the program's fault or not)."
     )

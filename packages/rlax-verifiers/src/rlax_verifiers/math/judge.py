@@ -34,6 +34,7 @@ class MathJudge(Judge):
     def judge(
         self, problems: Sequence[Mapping[str, Any]], completions: Sequence[str]
     ) -> list[Verdict]:
+        """Judges each completion's final answer against its problem's ``answer``."""
         if len(problems) != len(completions):
             raise ValueError(f"{len(problems)} problems but {len(completions)} completions")
         return [self._one(p, c) for p, c in zip(problems, completions, strict=True)]
@@ -43,7 +44,7 @@ class MathJudge(Judge):
         if expected is None:
             return Verdict(
                 status=VerdictStatus.SE,
-                reward=self.config.wrong_reward,
+                reward=None,
                 message="problem has no 'answer' field; the math judge needs one",
             )
         predicted = extract_answer(completion)

@@ -1,0 +1,1 @@
+"""The code judge: problems, code extraction, test harnesses, output comparison, verdicts."""

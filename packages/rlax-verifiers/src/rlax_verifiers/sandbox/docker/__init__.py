@@ -1,0 +1,1 @@
+"""The ``docker`` sandbox: one locked-down container per batch of runs."""

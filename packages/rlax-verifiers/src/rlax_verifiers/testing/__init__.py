@@ -1,0 +1,1 @@
+"""Reusable test suites for sandbox backends: the hostile-input suite."""
