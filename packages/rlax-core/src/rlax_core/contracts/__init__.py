@@ -3,7 +3,7 @@
 from rlax_core.contracts.launcher import Launcher, ProcessStatus, RenderedArtifact
 from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
 from rlax_core.contracts.queue import Queue
-from rlax_core.contracts.transport import Transport
+from rlax_core.contracts.transport import Transport, TransportServer
 from rlax_core.contracts.verifier import Judge, Program, SandboxBackend
 
 __all__ = [
@@ -17,4 +17,5 @@ __all__ = [
     "RenderedArtifact",
     "SandboxBackend",
     "Transport",
+    "TransportServer",
 ]

@@ -1,0 +1,457 @@
+"""The parameter store on JetStream: chunk messages first, the manifest last.
+
+Layout, per namespace ``ns``:
+
+* stream ``RLAX_<ns>_PARAM_DATA``: one message per chunk of raw tensor bytes on subject
+  ``rlax.<ns>.params.data.<version>.<upload>.<tensor>.<chunk>``, where ``upload`` is
+  random per publish call, so racing publishers never overwrite each other's chunks
+  (one message per subject, so re-sending a chunk after a reconnect replaces it);
+* stream ``RLAX_<ns>_PARAMS``: one JSON manifest per version on
+  ``rlax.<ns>.params.manifest.<version>``, keeping the last ``keep_versions``.
+
+A version is visible once its manifest exists, and the manifest is written after every
+chunk is stored, with ``Nats-Expected-Last-Sequence``, so two publishers cannot both
+win and a version never goes back. Readers fetch chunks one at a time by subject
+(direct get) straight into the destination arrays and verify every tensor's XXH3
+checksum. Watchers subscribe to the manifest subjects: JetStream publishes are plain
+NATS messages too, so every client hears of a new version at once, without polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import nats.js.errors
+import numpy as np
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+
+from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
+from rlax_core.errors import (
+    ChecksumMismatchError,
+    TransportClosedError,
+    VersionConflictError,
+    VersionNotFoundError,
+)
+from rlax_core.tensors import as_host_array, manifest_checksum, tensor_checksum, tensor_checksums
+from rlax_core.types.policy import PolicyVersion, TensorInfo
+from rlax_transport_nats.config import NatsTransportConfig
+from rlax_transport_nats.connection import NatsConnection, api_error
+
+# JetStream error code: Nats-Expected-Last-Sequence did not match (another publisher won).
+_WRONG_LAST_SEQUENCE = 10071
+# Chunks of one publish in flight at once: enough to keep the server busy.
+_PUBLISH_WINDOW = 4
+
+
+class NatsParameterStore(ParameterStore):
+    """Versioned weights on JetStream (see the module docstring for the layout).
+
+    Args:
+        connection: the NATS connection to use.
+        config: the transport settings (namespace, retention, chunk size).
+        owns_connection: close ``connection`` with the store.
+    """
+
+    def __init__(
+        self,
+        connection: NatsConnection,
+        config: NatsTransportConfig,
+        *,
+        owns_connection: bool = False,
+    ) -> None:
+        self._conn = connection
+        self._owns = owns_connection
+        self._config = config
+        ns = config.namespace
+        self._data_stream = f"RLAX_{ns}_PARAM_DATA"
+        self._manifest_stream = f"RLAX_{ns}_PARAMS"
+        self._data_prefix = f"rlax.{ns}.params.data"
+        self._manifest_prefix = f"rlax.{ns}.params.manifest"
+        max_payload = connection.nc.max_payload
+        self._chunk_bytes = min(config.chunk_mb << 20, max_payload - 4096)
+        self._closed = False
+        self._changed = threading.Condition()
+        self._newest_seen = -1
+        self._subscription: Any = None
+        connection.call_retrying("creating the parameter streams", self._setup)
+        connection.on_reconnect(self._catch_up)
+
+    @property
+    def connection(self) -> NatsConnection:
+        """The NATS connection this store uses."""
+        return self._conn
+
+    @classmethod
+    def open(cls, config: NatsTransportConfig) -> NatsParameterStore:
+        """A store on a connection of its own (closed with the store)."""
+        return cls(NatsConnection(config), config, owns_connection=True)
+
+    # -- the contract --
+
+    def publish(
+        self,
+        version: int,
+        params: Mapping[str, Any],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> PolicyVersion:
+        self._check_open()
+        if not isinstance(version, int) or version < 0:
+            raise ValueError(f"version must be a non-negative int, got {version!r}")
+        if not params:
+            raise ValueError("a policy version needs at least one tensor; params is empty")
+        arrays: dict[str, np.ndarray] = {}
+        for name, value in params.items():
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"parameter names must be non-empty strings, got {name!r}")
+            arrays[name] = as_host_array(name, value)
+        digests = tensor_checksums(arrays)
+        tensors = tuple(
+            TensorInfo(
+                name=n, dtype=a.dtype.name, shape=a.shape, nbytes=a.nbytes, checksum=digests[n]
+            )
+            for n, a in arrays.items()
+        )
+        info = PolicyVersion(
+            version=version,
+            tensors=tensors,
+            metadata=dict(metadata or {}),
+            created_at=time.time(),
+            checksum=manifest_checksum([(t.name, t.dtype, t.shape, t.checksum) for t in tensors]),
+        )
+        upload = secrets.token_hex(6)
+        manifest = json.dumps(
+            {
+                "policy": json.loads(info.to_bytes()),
+                "chunk_bytes": self._chunk_bytes,
+                "upload": upload,
+            }
+        ).encode()
+        self._conn.call(
+            self._publish(info, arrays, manifest, upload), timeout=self._config.reconnect_timeout_s * 4
+        )
+        return info
+
+    def latest(self) -> PolicyVersion | None:
+        self._check_open()
+        versions = self._versions()
+        return self._manifest(versions[-1])[0] if versions else None
+
+    def versions(self) -> list[int]:
+        self._check_open()
+        return self._versions()
+
+    def fetch(
+        self,
+        version: int | None = None,
+        names: Iterable[str] | None = None,
+        out: Mapping[str, np.ndarray] | None = None,
+    ) -> FetchedParameters:
+        self._check_open()
+        if version is None:
+            versions = self._versions()
+            if not versions:
+                raise VersionNotFoundError(
+                    f"no policy version has been published to NATS at {self._conn.address} "
+                    f"(namespace {self._config.namespace!r})"
+                )
+            version = versions[-1]
+        info, chunk_bytes, upload = self._manifest(version)
+        wanted = list(info.names if names is None else names)
+        missing = [n for n in wanted if n not in info.names]
+        if missing:
+            raise KeyError(f"version {version} has no tensor(s) {missing}; it has {info.names}")
+        index = {n: i for i, n in enumerate(info.names)}
+        destinations = {n: _destination(info.tensor(n), (out or {}).get(n)) for n in wanted}
+        for name in wanted:
+            prefix = f"{self._data_prefix}.{version}.{upload}.{index[name]}"
+            self._read_tensor(info, index[name], destinations[name], chunk_bytes, prefix)
+        return FetchedParameters(version=info, arrays=destinations)
+
+    def wait_for_newer(self, than: int | None, timeout: float | None) -> PolicyVersion | None:
+        floor = -1 if than is None else than
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._check_open()
+        versions = self._versions()
+        with self._changed:
+            if versions:
+                self._newest_seen = max(self._newest_seen, versions[-1])
+            while self._newest_seen <= floor:
+                self._check_open()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._changed.wait(remaining)
+            self._check_open()
+        return self.latest()
+
+    def close(self) -> None:
+        with self._changed:
+            if self._closed:
+                return
+            self._closed = True
+            self._changed.notify_all()
+        if self._owns:
+            self._conn.close()
+
+    # -- reading --
+
+    def _versions(self) -> list[int]:
+        async def list_versions() -> list[int]:
+            info = await self._conn.js.stream_info(
+                self._manifest_stream, subjects_filter=f"{self._manifest_prefix}.*"
+            )
+            subjects = info.state.subjects or {}
+            return sorted(int(s.rsplit(".", 1)[1]) for s in subjects)
+
+        return self._conn.call_retrying("listing the policy versions", list_versions)
+
+    def manifest_of(self, version: int) -> tuple[PolicyVersion, int, str]:
+        """The manifest of a version, its chunk size and the subject token of its upload.
+
+        Raises:
+            VersionNotFoundError: the version is not retained.
+        """
+        self._check_open()
+        return self._manifest(version)
+
+    def _manifest(self, version: int) -> tuple[PolicyVersion, int, str]:
+        subject = f"{self._manifest_prefix}.{version}"
+
+        async def get() -> Any:
+            return await self._conn.js.get_msg(self._manifest_stream, subject=subject, direct=True)
+
+        try:
+            message = self._conn.call_retrying(f"reading the manifest of version {version}", get)
+        except nats.js.errors.NotFoundError:
+            raise VersionNotFoundError(
+                f"policy version {version} is not in the store at {self._conn.address} "
+                f"(retained: {self._versions() or 'none'})"
+            ) from None
+        body = json.loads(message.data)
+        info = PolicyVersion.model_validate(body["policy"])
+        if info.expected_checksum() != info.checksum:
+            raise ChecksumMismatchError(f"the manifest of version {version} is corrupted")
+        return info, int(body["chunk_bytes"]), str(body["upload"])
+
+    def _read_tensor(
+        self,
+        info: PolicyVersion,
+        index: int,
+        destination: np.ndarray,
+        chunk_bytes: int,
+        prefix: str,
+    ) -> None:
+        tensor = info.tensors[index]
+        flat = destination.reshape(-1).view(np.uint8)
+        for chunk in range(_chunk_count(tensor.nbytes, chunk_bytes)):
+            start = chunk * chunk_bytes
+            expected = min(chunk_bytes, tensor.nbytes - start)
+            subject = f"{prefix}.{chunk}"
+
+            async def get(subject: str = subject) -> Any:
+                return await self._conn.js.get_msg(self._data_stream, subject=subject, direct=True)
+
+            try:
+                message = self._conn.call_retrying(
+                    f"reading {tensor.name!r} of version {info.version}", get
+                )
+            except nats.js.errors.NotFoundError:
+                raise VersionNotFoundError(
+                    f"policy version {info.version} was evicted while it was being read"
+                ) from None
+            data = message.data or b""
+            if len(data) != expected:
+                raise ChecksumMismatchError(
+                    f"chunk {chunk} of tensor {tensor.name!r} of version {info.version} holds "
+                    f"{len(data)} bytes, expected {expected} (truncated); fetch again"
+                )
+            # The one copy on our side: message bytes into the destination array.
+            flat[start : start + expected] = np.frombuffer(data, np.uint8)
+            del message, data  # at most one chunk is held beyond the destination arrays
+        if tensor_checksum(destination) != tensor.checksum:
+            raise ChecksumMismatchError(
+                f"tensor {tensor.name!r} of version {info.version} does not match its checksum; "
+                f"the bytes stored on NATS at {self._conn.address} are corrupted"
+            )
+
+    # -- writing (on the connection's loop) --
+
+    async def _publish(
+        self, info: PolicyVersion, arrays: dict[str, np.ndarray], manifest: bytes, upload: str
+    ) -> None:
+        js = self._conn.js
+        newest, last_seq = await self._conn.retrying("reading the store", self._manifest_state)
+        if info.version <= newest:
+            raise VersionConflictError(
+                f"cannot publish version {info.version}: version {newest} was already "
+                "published and versions are never reused"
+            )
+        window = asyncio.Semaphore(_PUBLISH_WINDOW)
+
+        async def send(subject: str, payload: memoryview) -> None:
+            async with window:
+                await self._conn.retrying(
+                    f"publishing version {info.version}", lambda: js.publish(subject, payload)
+                )
+
+        sends = []
+        for index, array in enumerate(arrays.values()):
+            data = memoryview(array.reshape(-1).view(np.uint8))
+            for chunk in range(_chunk_count(array.nbytes, self._chunk_bytes)):
+                part = data[chunk * self._chunk_bytes : (chunk + 1) * self._chunk_bytes]
+                subject = f"{self._data_prefix}.{info.version}.{upload}.{index}.{chunk}"
+                sends.append(asyncio.ensure_future(send(subject, part)))
+        try:
+            await asyncio.gather(*sends)
+            await self._commit(info, manifest, last_seq)
+        except BaseException:
+            for task in sends:
+                task.cancel()
+            await self._purge_data(f"{info.version}.{upload}")  # a failed publish leaves no trace
+            raise
+        try:
+            await self._evict(info.version)
+        except Exception:  # the version is committed; the next publish evicts again
+            pass
+
+    async def _manifest_state(self) -> tuple[int, int]:
+        """(newest version, last sequence) of the manifest stream."""
+        stream = await self._conn.js.stream_info(
+            self._manifest_stream, subjects_filter=f"{self._manifest_prefix}.*"
+        )
+        versions = [int(s.rsplit(".", 1)[1]) for s in (stream.state.subjects or {})]
+        return (max(versions) if versions else -1), stream.state.last_seq
+
+    async def _commit(self, info: PolicyVersion, manifest: bytes, last_seq: int) -> None:
+        subject = f"{self._manifest_prefix}.{info.version}"
+        headers = {
+            "Nats-Expected-Last-Sequence": str(last_seq),
+            "Nats-Msg-Id": f"manifest-{info.version}-{info.checksum}",
+        }
+        try:
+            await self._conn.retrying(
+                f"committing version {info.version}",
+                lambda: self._conn.js.publish(subject, manifest, headers=headers),
+            )
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == _WRONG_LAST_SEQUENCE:
+                raise VersionConflictError(
+                    f"cannot publish version {info.version}: another publisher committed a "
+                    "version meanwhile"
+                ) from None
+            raise api_error(f"committing version {info.version}", self._conn.address, exc) from exc
+
+    async def _purge_data(self, tokens: str) -> None:
+        try:
+            await self._conn.js.purge_stream(
+                self._data_stream, subject=f"{self._data_prefix}.{tokens}.>"
+            )
+        except Exception:  # best effort: unreferenced chunks are purged by later publishes
+            pass
+
+    async def _evict(self, published: int) -> None:
+        """Purges the chunks of versions older than ``published`` whose manifest is gone."""
+        manifests = await self._conn.js.stream_info(
+            self._manifest_stream, subjects_filter=f"{self._manifest_prefix}.*"
+        )
+        retained = {int(s.rsplit(".", 1)[1]) for s in (manifests.state.subjects or {})}
+        data = await self._conn.js.stream_info(
+            self._data_stream, subjects_filter=f"{self._data_prefix}.*.*.0.0"
+        )
+        stored = {int(s.split(".")[-4]) for s in (data.state.subjects or {})}
+        for version in sorted(stored - retained):
+            if version < published:
+                await self._purge_data(str(version))
+
+    # -- setup and notifications --
+
+    async def _setup(self) -> None:
+        js = self._conn.js
+        await _ensure_stream(
+            js,
+            StreamConfig(
+                name=self._data_stream,
+                subjects=[f"{self._data_prefix}.>"],
+                storage=StorageType.FILE,
+                max_msgs_per_subject=1,
+                allow_direct=True,
+                discard=DiscardPolicy.OLD,
+            ),
+        )
+        await _ensure_stream(
+            js,
+            StreamConfig(
+                name=self._manifest_stream,
+                subjects=[f"{self._manifest_prefix}.*"],
+                storage=StorageType.FILE,
+                max_msgs=self._config.keep_versions,
+                max_msgs_per_subject=1,
+                allow_direct=True,
+                duplicate_window=120.0,
+            ),
+        )
+        if self._subscription is None:
+            self._subscription = await self._conn.nc.subscribe(
+                f"{self._manifest_prefix}.*", cb=self._on_manifest
+            )
+
+    async def _on_manifest(self, message: Any) -> None:
+        try:
+            version = int(message.subject.rsplit(".", 1)[1])
+        except ValueError:
+            return
+        with self._changed:
+            if version > self._newest_seen:
+                self._newest_seen = version
+                self._changed.notify_all()
+
+    async def _catch_up(self) -> None:
+        """After a reconnect: versions published while we were away wake waiters too."""
+        newest, _ = await self._manifest_state()
+        with self._changed:
+            if newest > self._newest_seen:
+                self._newest_seen = newest
+                self._changed.notify_all()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransportClosedError(
+                f"this client of the parameter store on NATS at {self._conn.address} is closed"
+            )
+
+
+async def _ensure_stream(js: Any, config: StreamConfig) -> None:
+    try:
+        await js.stream_info(config.name)
+    except nats.js.errors.NotFoundError:
+        try:
+            await js.add_stream(config)
+        except nats.js.errors.BadRequestError:
+            pass  # another client created it meanwhile
+
+
+def _chunk_count(nbytes: int, chunk_bytes: int) -> int:
+    # Every tensor has at least one chunk message (empty tensors an empty one), so
+    # "<version>.<upload>.0.0" marks every version that has data in the stream.
+    return max(1, math.ceil(nbytes / chunk_bytes))
+
+
+def _destination(tensor: TensorInfo, given: np.ndarray | None) -> np.ndarray:
+    dtype = np.dtype(tensor.dtype)
+    if given is None:
+        return np.empty(tensor.shape, dtype)
+    if given.dtype != dtype or tuple(given.shape) != tuple(tensor.shape):
+        raise ValueError(
+            f"out[{tensor.name!r}] is {given.dtype}{list(given.shape)}, but the tensor is "
+            f"{dtype}{list(tensor.shape)}"
+        )
+    if not given.flags.c_contiguous or not given.flags.writeable:
+        raise ValueError(f"out[{tensor.name!r}] must be a writable C-contiguous array")
+    return given
