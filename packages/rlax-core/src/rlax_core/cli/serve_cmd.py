@@ -76,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["port=5000", "token=abc"]`` → ``{"port": 5000, "token": "abc"}``.
+    """``["port=5000", "server.state_dir=/x"]`` → ``{"port": 5000, "server": {"state_dir": "/x"}}``.
+
+    Dots in a key reach into nested settings.
 
     Raises:
         ConfigError: a pair has no ``=``.
@@ -86,7 +88,13 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set expects KEY=VALUE, got {pair!r}")
-        result[key.strip()] = yaml.safe_load(value) if value else ""
+        *parents, leaf = key.strip().split(".")
+        node = result
+        for parent in parents:
+            node = node.setdefault(parent, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {pair!r}: {parent!r} is set to a value already")
+        node[leaf] = yaml.safe_load(value) if value else ""
     return result
 
 
@@ -132,10 +140,18 @@ def build_server(
             f"{', '.join(servers) or 'none'} (see `rlax plugins`)"
         )
     registration = registry.get("transport_server", transport)
-    settings.update(overrides or {})
+    _merge(settings, dict(overrides or {}))
     settings["type"] = transport
     config = _validate(registration.config_cls, settings, transport)
     return registry.build("transport_server", config, BuildContext(registry))
+
+
+def _merge(settings: dict[str, Any], overrides: dict[str, Any]) -> None:
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(settings.get(key), dict):
+            _merge(settings[key], value)
+        else:
+            settings[key] = value
 
 
 def _validate(config_cls: type[BaseModel], settings: dict[str, Any], name: str) -> BaseModel:
