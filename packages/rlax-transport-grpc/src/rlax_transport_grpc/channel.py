@@ -94,9 +94,7 @@ class GrpcChannel:
         """The keyword arguments of every call: deadline and metadata."""
         return {"timeout": timeout, "metadata": self.metadata}
 
-    def call(
-        self, what: str, attempt: Callable[[float], T], *, budget: float | None = None
-    ) -> T:
+    def call(self, what: str, attempt: Callable[[float], T], *, budget: float | None = None) -> T:
         """Runs ``attempt(deadline_s)``, retrying while the server is unreachable.
 
         Args:
@@ -145,8 +143,7 @@ class GrpcChannel:
                 "grpc` runs there and the address is right"
             )
         return TransportError(
-            f"{what} on the gRPC parameter server at {self.address} failed: {code.name}: "
-            f"{details}"
+            f"{what} on the gRPC parameter server at {self.address} failed: {code.name}: {details}"
         )
 
     def check_open(self) -> None:

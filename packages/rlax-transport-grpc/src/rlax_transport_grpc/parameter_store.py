@@ -135,13 +135,17 @@ class GrpcParameterStore(ParameterStore):
         wanted = list(info.names if names is None else names)
         missing = [n for n in wanted if n not in info.names]
         if missing:
-            raise KeyError(f"version {info.version} has no tensor(s) {missing}; it has {info.names}")
+            raise KeyError(
+                f"version {info.version} has no tensor(s) {missing}; it has {info.names}"
+            )
         destinations = {n: _destination(info.tensor(n), (out or {}).get(n)) for n in wanted}
         request = pb.FetchRequest(version=info.version, names=wanted)
 
         def attempt(timeout: float) -> None:
             received = dict.fromkeys(range(len(info.tensors)), 0)
-            flats = {info.names.index(n): a.reshape(-1).view(np.uint8) for n, a in destinations.items()}
+            flats = {
+                info.names.index(n): a.reshape(-1).view(np.uint8) for n, a in destinations.items()
+            }
             for frame in self._ch.fetch_frames(request, **self._ch.kw(timeout)):
                 tensor, offset, data = wire.decode_chunk(frame)
                 flat = flats.get(tensor)

@@ -49,7 +49,8 @@ class GrpcQueue(Queue):
         limit = max_deliveries or channel.config.max_deliveries or 0
         request = pb.OpenQueueRequest(queue=name, max_deliveries=limit)
         self._ch.call(
-            f"opening queue {name!r}", lambda t: self._ch.queues.OpenQueue(request, **self._ch.kw(t))
+            f"opening queue {name!r}",
+            lambda t: self._ch.queues.OpenQueue(request, **self._ch.kw(t)),
         )
 
     @classmethod
@@ -80,7 +81,9 @@ class GrpcQueue(Queue):
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while True:
             wait = _LONG_POLL_S if deadline is None else max(0.0, deadline - time.monotonic())
-            request = pb.GetRequest(queue=self._name, lease_s=lease_s, timeout_s=min(wait, _LONG_POLL_S))
+            request = pb.GetRequest(
+                queue=self._name, lease_s=lease_s, timeout_s=min(wait, _LONG_POLL_S)
+            )
             reply = self._unary("get", self._ch.queues.Get, request)
             if reply.found:
                 return _lease(self._name, reply)

@@ -9,6 +9,7 @@ dead letters). Each namespace has its own store and queues.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
 from rlax_transport_grpc.versions_on_disk import (
     Upload,
     committed_versions,
+    damaged_tensors,
     map_version,
     remove_versions,
 )
@@ -46,6 +48,14 @@ class Namespace:
         self.queues: dict[str, InProcQueue] = {}
         self.lock = threading.Lock()
         for version, path, manifest in committed_versions(folder)[-config.keep_versions :]:
+            damaged = damaged_tensors(path, manifest)
+            if damaged:  # e.g. a disk filled up: serving it would only fail every reader
+                print(
+                    f"rlax: version {version} in {path} is damaged ({damaged} have the wrong "
+                    "size); it is dropped",
+                    file=sys.stderr,
+                )
+                continue
             self.store.adopt(version, map_version(path, manifest), manifest.metadata)
         remove_versions(folder, set(self.store.versions()))
 
@@ -140,13 +150,17 @@ class TransportService:
         remove_versions(space.folder, set(space.store.versions()))
         return pb.Manifest(policy_json=info.to_bytes())
 
-    def get_manifest(self, request: pb.VersionRequest, context: grpc.ServicerContext) -> pb.Manifest:
+    def get_manifest(
+        self, request: pb.VersionRequest, context: grpc.ServicerContext
+    ) -> pb.Manifest:
         store = self.namespace(context).store
         if request.version < 0:
             latest = store.latest()
             return pb.Manifest(policy_json=latest.to_bytes() if latest else b"")
         try:
-            return pb.Manifest(policy_json=store.fetch(request.version, names=[]).version.to_bytes())
+            return pb.Manifest(
+                policy_json=store.fetch(request.version, names=[]).version.to_bytes()
+            )
         except VersionNotFoundError as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
 

@@ -51,7 +51,10 @@ class ServeProcess:
         command = [sys.executable, "-m", "rlax_core.cli", "serve", "param-server"]
         command += ["--transport", "grpc"]
         for key, value in self.settings.items():
-            command += ["--set", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+            command += [
+                "--set",
+                f"{key}={json.dumps(value) if not isinstance(value, str) else value}",
+            ]
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout

@@ -50,7 +50,8 @@ class Upload:
         info = self.manifest.tensors[tensor]
         if offset + len(data) > info.nbytes:
             raise ValueError(
-                f"chunk at {offset}+{len(data)} overflows tensor {info.name!r} of {info.nbytes} bytes"
+                f"chunk at {offset}+{len(data)} overflows tensor {info.name!r} "
+                f"of {info.nbytes} bytes"
             )
         written = 0
         while written < len(data):  # pwrite may write less than asked
@@ -101,6 +102,16 @@ def map_version(folder: Path, manifest: PolicyVersion) -> dict[str, np.ndarray]:
     return arrays
 
 
+def damaged_tensors(folder: Path, manifest: PolicyVersion) -> list[str]:
+    """Names of tensors whose file is missing or not of the size the manifest says."""
+    damaged = []
+    for index, tensor in enumerate(manifest.tensors):
+        path = folder / f"{index}.bin"
+        if not path.is_file() or path.stat().st_size != tensor.nbytes:
+            damaged.append(tensor.name)
+    return damaged
+
+
 def committed_versions(root: Path) -> list[tuple[int, Path, PolicyVersion]]:
     """Committed versions under ``root``, oldest first; removes interrupted uploads."""
     found = []
@@ -124,5 +135,9 @@ def remove_versions(root: Path, keep: set[int]) -> None:
     frees it after the last map goes), so a fetch racing an eviction completes.
     """
     for entry in root.iterdir():
-        if entry.name.startswith("v") and entry.name[1:].isdigit() and int(entry.name[1:]) not in keep:
+        if (
+            entry.name.startswith("v")
+            and entry.name[1:].isdigit()
+            and int(entry.name[1:]) not in keep
+        ):
             shutil.rmtree(entry, ignore_errors=True)

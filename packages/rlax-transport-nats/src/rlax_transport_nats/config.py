@@ -50,7 +50,7 @@ class NatsTransportConfig(BaseModel):
         default=8,
         ge=1,
         le=63,
-        description="Size of one weight chunk message in MiB (kept below the server's max_payload).",
+        description="Size of one weight chunk message in MiB (capped by the server's max_payload).",
     )
     dedupe_window_s: float = Field(
         default=3600.0,

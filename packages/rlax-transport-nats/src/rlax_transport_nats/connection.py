@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import ssl
 import threading
 from collections.abc import Awaitable, Callable
@@ -34,6 +35,8 @@ from rlax_core.errors import (
 from rlax_transport_nats.config import NatsTransportConfig
 
 T = TypeVar("T")
+
+_ATTEMPT_S = 5.0
 
 # nats-py reads the socket 32 KiB at a time, one event-loop turn per read; weights come
 # in 8-16 MiB chunks, for which that costs more than the copy itself. Reads of up to
@@ -73,6 +76,7 @@ class NatsConnection:
         self._inflight: set[concurrent.futures.Future] = set()
         self._lock = threading.Lock()
         self._last_error: BaseException | None = None
+        self._auth_error: BaseException | None = None  # any refusal seen while connecting
         self._reconnect_listeners: list[Callable[[], Awaitable[None]]] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -85,7 +89,9 @@ class NatsConnection:
         except BaseException:
             self._stop_loop()
             raise
-        self.js = self.nc.jetstream(timeout=min(30.0, config.reconnect_timeout_s))
+        # One attempt's limit; a request lost in a disconnect is retried after it, so it
+        # is short beside reconnect_timeout_s (an 8 MiB chunk takes milliseconds).
+        self.js = self.nc.jetstream(timeout=min(_ATTEMPT_S, config.reconnect_timeout_s / 3))
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -175,7 +181,9 @@ class NatsConnection:
                 return await make()
             except RETRYABLE as exc:
                 if self._closed:
-                    raise TransportClosedError(f"the NATS connection to {self.address} is closed")
+                    raise TransportClosedError(
+                        f"the NATS connection to {self.address} is closed"
+                    ) from None
                 if self._loop.time() + delay >= deadline:
                     raise TransportUnreachableError(
                         f"{what} on NATS at {self.address} failed for "
@@ -194,10 +202,8 @@ class NatsConnection:
             pending = list(self._inflight)
         for future in pending:
             future.cancel()
-        try:
+        with contextlib.suppress(Exception):  # the loop is going away regardless
             asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(8)
-        except Exception:  # the loop is going away regardless
-            pass
         self._stop_loop()
 
     # -- loop side --
@@ -229,8 +235,8 @@ class NatsConnection:
             options["tls"] = self._tls_context()
         try:
             await asyncio.wait_for(self.nc.connect(**options), self.config.connect_timeout_s)
-        except (TimeoutError, asyncio.TimeoutError, OSError, nats.errors.Error) as exc:
-            cause = self._last_error or exc
+        except (TimeoutError, OSError, nats.errors.Error) as exc:
+            cause = self._auth_error or self._last_error or exc
             await self._close_client()
             raise self._connect_error(cause) from None
 
@@ -270,6 +276,8 @@ class NatsConnection:
 
     async def _on_error(self, exc: Exception) -> None:
         self._last_error = exc
+        if isinstance(exc, nats.errors.AuthorizationError) or "uthorization" in str(exc):
+            self._auth_error = exc
 
     async def _on_reconnected(self) -> None:
         for listener in self._reconnect_listeners:
@@ -279,10 +287,8 @@ class NatsConnection:
                 self._last_error = exc
 
     async def _close_client(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             await asyncio.wait_for(self.nc.close(), 3)
-        except Exception:
-            pass
 
     async def _shutdown(self) -> None:
         await self._close_client()

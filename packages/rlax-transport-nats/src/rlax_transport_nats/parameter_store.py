@@ -20,6 +20,7 @@ NATS messages too, so every client hears of a new version at once, without polli
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import secrets
@@ -134,7 +135,8 @@ class NatsParameterStore(ParameterStore):
             }
         ).encode()
         self._conn.call(
-            self._publish(info, arrays, manifest, upload), timeout=self._config.reconnect_timeout_s * 4
+            self._publish(info, arrays, manifest, upload),
+            timeout=self._config.reconnect_timeout_s * 4,
         )
         return info
 
@@ -316,10 +318,10 @@ class NatsParameterStore(ParameterStore):
                 task.cancel()
             await self._purge_data(f"{info.version}.{upload}")  # a failed publish leaves no trace
             raise
-        try:
+        with contextlib.suppress(
+            Exception
+        ):  # the version is committed; the next publish evicts again
             await self._evict(info.version)
-        except Exception:  # the version is committed; the next publish evicts again
-            pass
 
     async def _manifest_state(self) -> tuple[int, int]:
         """(newest version, last sequence) of the manifest stream."""
@@ -349,12 +351,12 @@ class NatsParameterStore(ParameterStore):
             raise api_error(f"committing version {info.version}", self._conn.address, exc) from exc
 
     async def _purge_data(self, tokens: str) -> None:
-        try:
+        with contextlib.suppress(
+            Exception
+        ):  # best effort: unreferenced chunks are purged by later publishes
             await self._conn.js.purge_stream(
                 self._data_stream, subject=f"{self._data_prefix}.{tokens}.>"
             )
-        except Exception:  # best effort: unreferenced chunks are purged by later publishes
-            pass
 
     async def _evict(self, published: int) -> None:
         """Purges the chunks of versions older than ``published`` whose manifest is gone."""
@@ -431,10 +433,10 @@ async def _ensure_stream(js: Any, config: StreamConfig) -> None:
     try:
         await js.stream_info(config.name)
     except nats.js.errors.NotFoundError:
-        try:
+        with contextlib.suppress(
+            nats.js.errors.BadRequestError
+        ):  # another client created it meanwhile
             await js.add_stream(config)
-        except nats.js.errors.BadRequestError:
-            pass  # another client created it meanwhile
 
 
 def _chunk_count(nbytes: int, chunk_bytes: int) -> int:

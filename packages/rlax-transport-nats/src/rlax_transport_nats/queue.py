@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import re
 import threading
 import time
@@ -129,12 +130,12 @@ class NatsQueue(Queue):
         expires_at = time.time() + lease_s
         with self._lock:
             self._held[token] = expires_at
-        self._conn.loop.call_soon_threadsafe(
-            lambda: asyncio.ensure_future(self._keep(token))
-        )
+        self._conn.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._keep(token)))
         return Lease(
             queue=self._name,
-            item_id=(message.headers or {}).get("Nats-Msg-Id", str(message.metadata.sequence.stream)),
+            item_id=(message.headers or {}).get(
+                "Nats-Msg-Id", str(message.metadata.sequence.stream)
+            ),
             payload=message.data,
             token=token,
             delivery=message.metadata.num_delivered,
@@ -250,7 +251,7 @@ class NatsQueue(Queue):
                 try:
                     (message,) = await pull.fetch(1, timeout=min(wait, _LONG_POLL_S))
                     return message
-                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                except (TimeoutError, nats.errors.TimeoutError):
                     continue  # nothing yet, or the connection is coming back: ask again
         finally:
             self._pulls.append(pull)
@@ -279,10 +280,8 @@ class NatsQueue(Queue):
                 await self._send_quietly(token, b"+WPI")
 
     async def _send_quietly(self, subject: str, body: bytes) -> None:
-        try:
+        with contextlib.suppress(Exception):  # disconnected: the server's ack wait takes over
             await self._conn.nc.publish(subject, body)
-        except Exception:  # disconnected: the server's ack wait takes over
-            pass
 
     async def _setup(self) -> None:
         js = self._conn.js
@@ -302,16 +301,16 @@ class NatsQueue(Queue):
             js.add_stream,
             StreamConfig(
                 name=self._dead_stream,
-                subjects=[
-                    f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{self._stream}.{_CONSUMER}"
-                ],
+                subjects=[f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{self._stream}.{_CONSUMER}"],
                 storage=StorageType.FILE,
             ),
         )
         try:
             await js.consumer_info(self._stream, _CONSUMER)
         except nats.js.errors.NotFoundError:
-            try:
+            with contextlib.suppress(
+                nats.js.errors.BadRequestError
+            ):  # created by another client meanwhile
                 await js.add_consumer(
                     self._stream,
                     ConsumerConfig(
@@ -323,8 +322,6 @@ class NatsQueue(Queue):
                         max_waiting=4096,
                     ),
                 )
-            except nats.js.errors.BadRequestError:
-                pass  # created by another client meanwhile
         self._pulls.append(await self._subscribe())
 
     def _check_open(self) -> None:
@@ -338,7 +335,7 @@ async def _ensure(info: Any, add: Any, config: StreamConfig) -> None:
     try:
         await info(config.name)
     except nats.js.errors.NotFoundError:
-        try:
+        with contextlib.suppress(
+            nats.js.errors.BadRequestError
+        ):  # created by another client meanwhile
             await add(config)
-        except nats.js.errors.BadRequestError:
-            pass  # created by another client meanwhile

@@ -161,6 +161,13 @@ class NatsServerProcess:
         self._terminate(signal.SIGTERM)
         self.start()
 
+    def __enter__(self) -> NatsServerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def log_tail(self, lines: int = 20) -> str:
         """The last lines of the server's log."""
         if self.log_path is None or not self.log_path.exists():
@@ -184,7 +191,7 @@ class NatsServerProcess:
             f"max_payload: {self.max_payload_mb * 1024 * 1024}\n"
             # Senders of 8-16 MiB chunks must not be cut off as slow consumers.
             "max_pending: 268435456\n"
-            "write_deadline: \"30s\"\n"
+            'write_deadline: "30s"\n'
             f"jetstream {{ store_dir: {_quote(str(self.store_dir))} }}\n"
         )
         text += self.auth.config_block()
