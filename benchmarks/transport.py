@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import statistics
-import struct
 import tempfile
 import threading
 import time
