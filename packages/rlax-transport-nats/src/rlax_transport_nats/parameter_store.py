@@ -19,7 +19,6 @@ NATS messages too, so every client hears of a new version at once, without polli
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import math
@@ -37,11 +36,13 @@ from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStor
 from rlax_core.errors import (
     ChecksumMismatchError,
     TransportClosedError,
+    TransportUnreachableError,
     VersionConflictError,
     VersionNotFoundError,
 )
 from rlax_core.tensors import as_host_array, manifest_checksum, tensor_checksum, tensor_checksums
 from rlax_core.types.policy import PolicyVersion, TensorInfo
+from rlax_transport_nats.bulk import BulkConnection, BulkUnavailableError, ChunkNotFoundError
 from rlax_transport_nats.config import NatsTransportConfig
 from rlax_transport_nats.connection import NatsConnection, api_error
 
@@ -49,6 +50,8 @@ from rlax_transport_nats.connection import NatsConnection, api_error
 _WRONG_LAST_SEQUENCE = 10071
 # Chunks of one publish in flight at once: enough to keep the server busy.
 _PUBLISH_WINDOW = 4
+# Direct gets in flight at once during a fetch (each lands in its own destination).
+_FETCH_WINDOW = 4
 
 
 class NatsParameterStore(ParameterStore):
@@ -76,11 +79,13 @@ class NatsParameterStore(ParameterStore):
         self._data_prefix = f"rlax.{ns}.params.data"
         self._manifest_prefix = f"rlax.{ns}.params.manifest"
         max_payload = connection.nc.max_payload
-        self._chunk_bytes = min(config.chunk_mb << 20, max_payload - 4096)
+        self._chunk_bytes = min(config.chunk_mb << 20, max_payload)
         self._closed = False
         self._changed = threading.Condition()
         self._newest_seen = -1
         self._subscription: Any = None
+        self._bulk_pool: list[BulkConnection] = []
+        self._bulk_lock = threading.Lock()
         connection.call_retrying("creating the parameter streams", self._setup)
         connection.on_reconnect(self._catch_up)
 
@@ -134,10 +139,36 @@ class NatsParameterStore(ParameterStore):
                 "upload": upload,
             }
         ).encode()
-        self._conn.call(
-            self._publish(info, arrays, manifest, upload),
-            timeout=self._config.reconnect_timeout_s * 4,
-        )
+        newest, last_seq = self._conn.call_retrying("reading the store", self._manifest_state)
+        if version <= newest:
+            raise VersionConflictError(
+                f"cannot publish version {version}: version {newest} was already "
+                "published and versions are never reused"
+            )
+        chunks = []
+        for index, array in enumerate(arrays.values()):
+            data = memoryview(array.reshape(-1).view(np.uint8))
+            for chunk in range(_chunk_count(array.nbytes, self._chunk_bytes)):
+                part = data[chunk * self._chunk_bytes : (chunk + 1) * self._chunk_bytes]
+                chunks.append((f"{self._data_prefix}.{version}.{upload}.{index}.{chunk}", part))
+        try:
+            # Chunks go straight from the arrays to the socket; a retry re-sends them all
+            # (one message per subject, so nothing is duplicated).
+            self._with_bulk(
+                f"publishing version {version}", lambda bulk: bulk.publish(chunks, _PUBLISH_WINDOW)
+            )
+            self._conn.call(
+                self._commit(info, manifest, last_seq),
+                timeout=self._config.reconnect_timeout_s + 10,
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):  # a failed publish leaves no trace
+                self._conn.call(
+                    self._purge_data(f"{version}.{upload}"), timeout=self._config.connect_timeout_s
+                )
+            raise
+        with contextlib.suppress(Exception):  # committed; the next publish evicts again
+            self._conn.call(self._evict(version), timeout=self._config.reconnect_timeout_s)
         return info
 
     def latest(self) -> PolicyVersion | None:
@@ -171,9 +202,38 @@ class NatsParameterStore(ParameterStore):
             raise KeyError(f"version {version} has no tensor(s) {missing}; it has {info.names}")
         index = {n: i for i, n in enumerate(info.names)}
         destinations = {n: _destination(info.tensor(n), (out or {}).get(n)) for n in wanted}
+        requests: list[tuple[str, memoryview]] = []
+        owners: list[tuple[str, int]] = []
         for name in wanted:
-            prefix = f"{self._data_prefix}.{version}.{upload}.{index[name]}"
-            self._read_tensor(info, index[name], destinations[name], chunk_bytes, prefix)
+            flat = memoryview(destinations[name].reshape(-1).view(np.uint8))
+            nbytes = info.tensor(name).nbytes
+            for chunk in range(_chunk_count(nbytes, chunk_bytes)):
+                start = chunk * chunk_bytes
+                subject = f"{self._data_prefix}.{version}.{upload}.{index[name]}.{chunk}"
+                # Straight into the destination: no chunk is held anywhere else.
+                requests.append((subject, flat[start : min(start + chunk_bytes, nbytes)]))
+                owners.append((name, chunk))
+        try:
+            sizes = self._with_bulk(
+                f"fetch of version {version}",
+                lambda bulk: bulk.fetch_many(self._data_stream, requests, _FETCH_WINDOW),
+            )
+        except ChunkNotFoundError:
+            raise VersionNotFoundError(
+                f"policy version {version} was evicted while it was being read"
+            ) from None
+        for (name, chunk), (_, view), size in zip(owners, requests, sizes, strict=True):
+            if size != len(view):
+                raise ChecksumMismatchError(
+                    f"chunk {chunk} of tensor {name!r} of version {version} holds {size} "
+                    f"bytes, expected {len(view)} (truncated or damaged); fetch again"
+                )
+        for name, array in destinations.items():
+            if tensor_checksum(array) != info.tensor(name).checksum:
+                raise ChecksumMismatchError(
+                    f"tensor {name!r} of version {version} does not match its checksum; "
+                    f"the bytes stored on NATS at {self._conn.address} are corrupted"
+                )
         return FetchedParameters(version=info, arrays=destinations)
 
     def wait_for_newer(self, than: int | None, timeout: float | None) -> PolicyVersion | None:
@@ -199,6 +259,10 @@ class NatsParameterStore(ParameterStore):
                 return
             self._closed = True
             self._changed.notify_all()
+        with self._bulk_lock:
+            for bulk in self._bulk_pool:
+                bulk.close()
+            self._bulk_pool.clear()
         if self._owns:
             self._conn.close()
 
@@ -242,86 +306,42 @@ class NatsParameterStore(ParameterStore):
             raise ChecksumMismatchError(f"the manifest of version {version} is corrupted")
         return info, int(body["chunk_bytes"]), str(body["upload"])
 
-    def _read_tensor(
-        self,
-        info: PolicyVersion,
-        index: int,
-        destination: np.ndarray,
-        chunk_bytes: int,
-        prefix: str,
-    ) -> None:
-        tensor = info.tensors[index]
-        flat = destination.reshape(-1).view(np.uint8)
-        for chunk in range(_chunk_count(tensor.nbytes, chunk_bytes)):
-            start = chunk * chunk_bytes
-            expected = min(chunk_bytes, tensor.nbytes - start)
-            subject = f"{prefix}.{chunk}"
-
-            async def get(subject: str = subject) -> Any:
-                return await self._conn.js.get_msg(self._data_stream, subject=subject, direct=True)
-
+    def _with_bulk(self, what: str, work: Any) -> Any:
+        """Runs ``work(bulk_connection)``, retrying on a fresh connection until the budget."""
+        deadline = time.monotonic() + self._config.reconnect_timeout_s
+        delay = 0.05
+        while True:
+            self._check_open()
+            with self._bulk_lock:
+                bulk = self._bulk_pool.pop() if self._bulk_pool else None
             try:
-                message = self._conn.call_retrying(
-                    f"reading {tensor.name!r} of version {info.version}", get
-                )
-            except nats.js.errors.NotFoundError:
-                raise VersionNotFoundError(
-                    f"policy version {info.version} was evicted while it was being read"
-                ) from None
-            data = message.data or b""
-            if len(data) != expected:
-                raise ChecksumMismatchError(
-                    f"chunk {chunk} of tensor {tensor.name!r} of version {info.version} holds "
-                    f"{len(data)} bytes, expected {expected} (truncated); fetch again"
-                )
-            # The one copy on our side: message bytes into the destination array.
-            flat[start : start + expected] = np.frombuffer(data, np.uint8)
-            del message, data  # at most one chunk is held beyond the destination arrays
-        if tensor_checksum(destination) != tensor.checksum:
-            raise ChecksumMismatchError(
-                f"tensor {tensor.name!r} of version {info.version} does not match its checksum; "
-                f"the bytes stored on NATS at {self._conn.address} are corrupted"
-            )
+                if bulk is None:
+                    bulk = BulkConnection(self._config)
+                result = work(bulk)
+            except (BulkUnavailableError, TransportUnreachableError) as exc:
+                if bulk is not None:
+                    bulk.close()
+                if time.monotonic() + delay >= deadline:
+                    raise TransportUnreachableError(
+                        f"{what} on NATS at {self._conn.address} failed for "
+                        f"{self._config.reconnect_timeout_s:.0f} s ({exc}); check that the "
+                        "server runs and is reachable (reconnect_timeout_s)"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            except BaseException:
+                if bulk is not None:
+                    bulk.close()  # its stream position is unknown now
+                raise
+            with self._bulk_lock:
+                if self._closed:
+                    bulk.close()
+                else:
+                    self._bulk_pool.append(bulk)
+            return result
 
     # -- writing (on the connection's loop) --
-
-    async def _publish(
-        self, info: PolicyVersion, arrays: dict[str, np.ndarray], manifest: bytes, upload: str
-    ) -> None:
-        js = self._conn.js
-        newest, last_seq = await self._conn.retrying("reading the store", self._manifest_state)
-        if info.version <= newest:
-            raise VersionConflictError(
-                f"cannot publish version {info.version}: version {newest} was already "
-                "published and versions are never reused"
-            )
-        window = asyncio.Semaphore(_PUBLISH_WINDOW)
-
-        async def send(subject: str, payload: memoryview) -> None:
-            async with window:
-                await self._conn.retrying(
-                    f"publishing version {info.version}", lambda: js.publish(subject, payload)
-                )
-
-        sends = []
-        for index, array in enumerate(arrays.values()):
-            data = memoryview(array.reshape(-1).view(np.uint8))
-            for chunk in range(_chunk_count(array.nbytes, self._chunk_bytes)):
-                part = data[chunk * self._chunk_bytes : (chunk + 1) * self._chunk_bytes]
-                subject = f"{self._data_prefix}.{info.version}.{upload}.{index}.{chunk}"
-                sends.append(asyncio.ensure_future(send(subject, part)))
-        try:
-            await asyncio.gather(*sends)
-            await self._commit(info, manifest, last_seq)
-        except BaseException:
-            for task in sends:
-                task.cancel()
-            await self._purge_data(f"{info.version}.{upload}")  # a failed publish leaves no trace
-            raise
-        with contextlib.suppress(
-            Exception
-        ):  # the version is committed; the next publish evicts again
-            await self._evict(info.version)
 
     async def _manifest_state(self) -> tuple[int, int]:
         """(newest version, last sequence) of the manifest stream."""
