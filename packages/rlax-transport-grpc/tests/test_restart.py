@@ -26,6 +26,9 @@ def test_publisher_readers_and_queue_survive_a_server_restart(tmp_path: Path) ->
     config = server.client_config(reconnect_timeout_s=30.0)
     publisher = GrpcParameterStore.open(config)
     queue = GrpcQueue.open(config, "rollouts")
+    for i in range(50):
+        queue.put(f"item-{i}", f"payload-{i}".encode())
+    held = queue.get(60.0, timeout=5.0)  # leased when the server dies: it must come back
     published: list[int] = []
     problems: list[BaseException] = []
     reads_after_restart = [0]
@@ -82,14 +85,14 @@ def test_publisher_readers_and_queue_survive_a_server_restart(tmp_path: Path) ->
         assert reads_after_restart[0] > 0
         assert publisher.latest().version == published[-1]
         assert publisher.versions() == published[-3:]
-        # Queue state lives in the server's memory: the client reconnects and works on.
-        for i in range(50):
-            queue.put(f"item-{i}", f"payload-{i}".encode())
+        # The queue's journal brought back every item, the leased one again ready.
+        assert queue.put("item-3", b"again") is False  # still known: not a new item
         got = []
         while (lease := queue.get(30.0, timeout=1.0)) is not None:
             got.append(lease.item_id)
             queue.ack(lease)
         assert sorted(got) == sorted(f"item-{i}" for i in range(50))
+        assert held.item_id == "item-0"
     finally:
         publisher.close()
         queue.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
@@ -40,6 +41,8 @@ class GrpcQueue(Queue):
         max_deliveries: int | None = None,
         owns_channel: bool = False,
     ) -> None:
+        if not re.match(r"^[A-Za-z0-9_-]+$", name):
+            raise ValueError(f"queue names use letters, digits, '-' and '_'; got {name!r}")
         self._ch = channel
         self._name = name
         self._owns = owns_channel

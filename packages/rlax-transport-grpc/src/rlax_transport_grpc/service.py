@@ -9,6 +9,7 @@ dead letters). Each namespace has its own store and queues.
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 from collections.abc import Iterator
@@ -18,13 +19,13 @@ from typing import Any
 import grpc
 
 from rlax_core.errors import LeaseExpiredError, TransportClosedError, VersionNotFoundError
-from rlax_core.tensors import tensor_checksums
 from rlax_core.transport.inproc import InProcParameterStore, InProcQueue
 from rlax_core.types.lease import Lease
 from rlax_core.types.policy import PolicyVersion
 from rlax_transport_grpc import wire
 from rlax_transport_grpc.config import GrpcTransportConfig
 from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
+from rlax_transport_grpc.queue_journal import FileQueueJournal
 from rlax_transport_grpc.versions_on_disk import (
     Upload,
     committed_versions,
@@ -60,13 +61,28 @@ class Namespace:
         remove_versions(folder, set(self.store.versions()))
 
     def queue(self, name: str, max_deliveries: int | None = None) -> InProcQueue:
+        """The named queue, restored from its journal the first time it is used."""
         with self.lock:
             if name not in self.queues:
-                self.queues[name] = InProcQueue(
+                if not name or not name.replace("-", "").replace("_", "").isalnum():
+                    raise ValueError(f"queue names use letters, digits, '-' and '_'; got {name!r}")
+                folder = self.folder / "queues"
+                folder.mkdir(exist_ok=True)
+                settings = folder / f"{name}.json"
+                if settings.exists():  # the setting it was created with, before a restart
+                    max_deliveries = json.loads(settings.read_text())["max_deliveries"]
+                else:
+                    max_deliveries = max_deliveries or self.config.max_deliveries
+                    settings.write_text(json.dumps({"max_deliveries": max_deliveries}))
+                journal = FileQueueJournal(folder / f"{name}.journal", max_deliveries)
+                queue = InProcQueue(
                     name,
                     dedupe_window_s=self.config.dedupe_window_s,
-                    max_deliveries=max_deliveries or self.config.max_deliveries,
+                    max_deliveries=max_deliveries,
+                    journal=journal,
                 )
+                queue.restore(*journal.state())
+                self.queues[name] = queue
             return self.queues[name]
 
 
@@ -133,7 +149,7 @@ class TransportService:
                     )
                 final = upload.commit(space.folder, announced)
                 arrays = map_version(final, announced)
-                digests = tensor_checksums(arrays)
+                digests = upload.checksums(arrays)
                 bad = [t.name for t in announced.tensors if digests[t.name] != t.checksum]
                 if bad or announced.expected_checksum() != announced.checksum:
                     del arrays
@@ -143,7 +159,9 @@ class TransportService:
                         f"tensors {bad or 'manifest'} of version {announced.version} do not "
                         "match their checksums after the upload; publish again",
                     )
-                info = space.store.adopt(announced.version, arrays, announced.metadata)
+                info = space.store.adopt(
+                    announced.version, arrays, announced.metadata, checksums=digests
+                )
         except BaseException:
             upload.discard()
             raise

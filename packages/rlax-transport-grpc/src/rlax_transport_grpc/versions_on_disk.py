@@ -16,7 +16,9 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
+from rlax_core.tensors import tensor_checksum
 from rlax_core.types.policy import PolicyVersion
 
 
@@ -34,6 +36,10 @@ class Upload:
         self.folder.mkdir(parents=True)
         self._fds: list[int] = []
         self.received = [0] * len(manifest.tensors)
+        # Tensors arriving in order are hashed as they come (while the bytes are hot);
+        # one that arrives out of order is hashed from its file at the end.
+        self._hashers = [xxhash.xxh3_128() for _ in manifest.tensors]
+        self._in_order = [True] * len(manifest.tensors)
         for index, tensor in enumerate(manifest.tensors):
             fd = os.open(self.folder / f"{index}.bin", os.O_CREAT | os.O_RDWR, 0o600)
             os.ftruncate(fd, tensor.nbytes)
@@ -56,7 +62,21 @@ class Upload:
         written = 0
         while written < len(data):  # pwrite may write less than asked
             written += os.pwrite(self._fds[tensor], data[written:], offset + written)
+        if offset != self.received[tensor]:
+            self._in_order[tensor] = False
+        elif self._in_order[tensor]:
+            self._hashers[tensor].update(data)
         self.received[tensor] += len(data)
+
+    def checksums(self, arrays: dict[str, np.ndarray]) -> dict[str, str]:
+        """Each tensor's checksum: from the running hash, or from ``arrays`` if needed."""
+        result = {}
+        for index, tensor in enumerate(self.manifest.tensors):
+            if self._in_order[index]:
+                result[tensor.name] = self._hashers[index].hexdigest()
+            else:
+                result[tensor.name] = tensor_checksum(arrays[tensor.name])
+        return result
 
     def missing(self) -> list[str]:
         """Names of tensors that did not receive all their bytes."""

@@ -98,12 +98,19 @@ class InProcParameterStore(ParameterStore):
         version: int,
         arrays: Mapping[str, np.ndarray],
         metadata: Mapping[str, Any] | None = None,
+        *,
+        checksums: Mapping[str, str] | None = None,
     ) -> PolicyVersion:
         """Publishes arrays that the caller hands over for good, without copying them.
 
         For a parameter server that received a version into private buffers (or files
         mapped into memory): :meth:`publish` would copy them once more. The caller must
-        never change the arrays afterwards; checksums are computed here, as in publish.
+        never change the arrays afterwards.
+
+        Args:
+            version / arrays / metadata: as :meth:`publish`.
+            checksums: the tensors' checksums, when the caller computed them from these
+                very bytes (e.g. while receiving them); None computes them here.
 
         Raises:
             VersionConflictError, TypeError, ValueError: as :meth:`publish`.
@@ -114,7 +121,10 @@ class InProcParameterStore(ParameterStore):
         if not arrays:
             raise ValueError("a policy version needs at least one tensor; arrays is empty")
         return self._commit(
-            version, {name: as_host_array(name, a) for name, a in arrays.items()}, metadata
+            version,
+            {name: as_host_array(name, a) for name, a in arrays.items()},
+            metadata,
+            checksums,
         )
 
     def newest_ever(self) -> int:
@@ -123,9 +133,15 @@ class InProcParameterStore(ParameterStore):
             return self._shared.newest_ever
 
     def _commit(
-        self, version: int, arrays: dict[str, np.ndarray], metadata: Mapping[str, Any] | None
+        self,
+        version: int,
+        arrays: dict[str, np.ndarray],
+        metadata: Mapping[str, Any] | None,
+        checksums: Mapping[str, str] | None = None,
     ) -> PolicyVersion:
-        digests = tensor_checksums(arrays)
+        if checksums is not None and set(checksums) != set(arrays):
+            raise ValueError("checksums must name exactly the arrays")
+        digests = dict(checksums) if checksums is not None else tensor_checksums(arrays)
         tensors = tuple(
             TensorInfo(
                 name=name,
