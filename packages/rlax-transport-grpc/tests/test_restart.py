@@ -75,7 +75,10 @@ def test_publisher_readers_and_queue_survive_a_server_restart(tmp_path: Path) ->
         time.sleep(1.0)
         server.restart()  # SIGKILL, then a new process on the same state folder
         restarted.set()
-        time.sleep(2.0)
+        # Until both readers have seen versions published after the restart (bounded).
+        deadline = time.monotonic() + 60
+        while reads_after_restart[0] < 4 and time.monotonic() < deadline and not problems:
+            time.sleep(0.1)
     finally:
         done.set()
         for thread in threads:

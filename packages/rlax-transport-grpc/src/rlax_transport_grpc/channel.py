@@ -90,8 +90,8 @@ class GrpcChannel:
             self.channel.close()
             raise
 
-    def kw(self, timeout: float) -> dict[str, Any]:
-        """The keyword arguments of every call: deadline and metadata."""
+    def kw(self, timeout: float | None) -> dict[str, Any]:
+        """The keyword arguments of every call: deadline (None: none) and metadata."""
         return {"timeout": timeout, "metadata": self.metadata}
 
     def call(self, what: str, attempt: Callable[[float], T], *, budget: float | None = None) -> T:

@@ -98,7 +98,8 @@ class GrpcParameterStore(ParameterStore):
 
         def attempt(timeout: float) -> pb.Manifest:
             attempts[0] += 1
-            return self._ch.publish_frames(frames(), **self._ch.kw(timeout))
+            # No deadline: its length scales with the bytes; keep-alives catch a dead server.
+            return self._ch.publish_frames(frames(), **self._ch.kw(None))
 
         try:
             self._ch.call(f"publish of version {version}", attempt)
@@ -146,7 +147,7 @@ class GrpcParameterStore(ParameterStore):
             flats = {
                 info.names.index(n): a.reshape(-1).view(np.uint8) for n, a in destinations.items()
             }
-            for frame in self._ch.fetch_frames(request, **self._ch.kw(timeout)):
+            for frame in self._ch.fetch_frames(request, **self._ch.kw(None)):
                 tensor, offset, data = wire.decode_chunk(frame)
                 flat = flats.get(tensor)
                 if flat is None or offset + len(data) > len(flat):

@@ -34,9 +34,14 @@ def channel_options(config: GrpcTransportConfig) -> list[tuple[str, Any]]:
     return [
         ("grpc.max_send_message_length", limit),
         ("grpc.max_receive_message_length", limit),
+        # Keep-alive pings find a dead peer within ~30 s, so bulk streams need no
+        # deadline (a 100 GB fetch may take longer than any fixed one).
         ("grpc.keepalive_time_ms", 10_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+        ("grpc.http2.max_ping_strikes", 0),
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 1_000),

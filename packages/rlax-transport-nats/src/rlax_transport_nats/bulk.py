@@ -242,6 +242,8 @@ class BulkConnection:
     def _read_ack(self, reply: str) -> None:
         while True:
             kind, args = self._read_control()
+            if kind == "-ERR":  # e.g. a payload over max_payload; the server hangs up
+                raise TransportError(f"NATS refused a chunk: {' '.join(args)}")
             if kind == "MSG":
                 body = self._read_exact(int(args[-1]) + 2)[:-2]
                 if args[0] != reply:
