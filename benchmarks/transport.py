@@ -254,7 +254,7 @@ def run(bench: Bench) -> None:
     base = _SocketBaseline(bench.notes["parameter_set_bytes"])
     with tempfile.TemporaryDirectory(prefix="rlax-bench-") as tmp:
         nats_server = NatsServerProcess(store_dir=Path(tmp) / "js")
-        grpc_server = ServeProcess(Path(tmp) / "grpc", keep_versions=2, chunk_mb=4)
+        grpc_server = ServeProcess(Path(tmp) / "grpc", keep_versions=2)
         nats_server.start()
         grpc_server.start()
         try:
@@ -270,7 +270,7 @@ def run(bench: Bench) -> None:
             chunked = {r.name.split("nats ")[1]: r.subject for r in bench.results
                        if r.name in ("nats publish", "nats fetch, 1 reader")}  # fmt: skip
             _bench_object_store(bench, nats_server.url, params, chunked)
-            grpc_config = grpc_server.client_config(chunk_mb=4, reconnect_timeout_s=120)
+            grpc_config = grpc_server.client_config(reconnect_timeout_s=120)
             stores = [GrpcParameterStore.open(grpc_config) for _ in range(READERS + 1)]
             _bench_weights(bench, "grpc", stores, base, params, [0])
             for store in stores:
