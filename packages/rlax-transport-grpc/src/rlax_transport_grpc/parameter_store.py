@@ -269,4 +269,4 @@ def _destination(tensor: TensorInfo, given: np.ndarray | None) -> np.ndarray:
     return given
 
 
-__all__ = ["GrpcParameterStore", "VersionConflictError"]
+__all__ = ["GrpcParameterStore"]
