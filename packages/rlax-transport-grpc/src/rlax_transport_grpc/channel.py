@@ -25,7 +25,6 @@ from rlax_core.errors import (
     VersionConflictError,
     VersionNotFoundError,
 )
-from rlax_transport_grpc import wire
 from rlax_transport_grpc.config import GrpcTransportConfig
 from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
 from rlax_transport_grpc.proto import rlax_transport_pb2_grpc as pb_grpc
@@ -168,4 +167,4 @@ def chunk_frames(tensor: int, data: memoryview, chunk_bytes: int) -> list[tuple[
     ]
 
 
-__all__ = ["GrpcChannel", "chunk_frames", "wire"]
+__all__ = ["GrpcChannel", "chunk_frames"]
