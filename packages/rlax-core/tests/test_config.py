@@ -105,11 +105,17 @@ BAD_CONFIGS = {
     ),
     "unknown plugin type": (
         "transport:\n  type: natz\n",
-        [":2: transport.type: type 'natz' is not an installed transport", "installed: 'inproc'"],
+        [
+            ":2: transport.type: type 'natz' is not an installed transport",
+            "installed: 'grpc', 'inproc', 'nats'",
+        ],
     ),
     "missing plugin type": (
         "transport:\n  keep_versions: 2\n",
-        ["transport: needs a 'type' key saying which transport to use: one of 'inproc'"],
+        [
+            "transport: needs a 'type' key saying which transport to use: "
+            "one of 'grpc', 'inproc', 'nats'"
+        ],
     ),
     "unknown plugin field": (
         "transport:\n  type: inproc\n  url: nats://x\n",

@@ -45,6 +45,22 @@ class TransportClosedError(TransportError):
     """The store or queue was closed, or its connection is gone for good."""
 
 
+class TransportUnreachableError(TransportError):
+    """The transport's server could not be reached within the configured time.
+
+    Raised when the first connection fails, and when a connection lost mid-call (the
+    server died or restarted) is not restored in time. The message names the address.
+    """
+
+
+class TransportAuthError(TransportError):
+    """The transport's server refused this client's credentials (or it sent none).
+
+    Nothing was changed on the server. The message names the address and the setting
+    to check (token, user/password, nkey seed, TLS certificates).
+    """
+
+
 class ChecksumMismatchError(TransportError):
     """Bytes read back do not match the checksum recorded when they were written.
 

@@ -52,6 +52,19 @@ def register_transports(register: Register) -> None:
 
 
 @hookspec
+def register_transport_servers(register: Register) -> None:
+    """Registers servers for networked transports: factories returning a
+    :class:`rlax_core.contracts.TransportServer`.
+
+    Called once per plugin when the plugin manager is built. Register each server under
+    the name of the transport it serves and with that transport's config class, so the
+    server and its clients are configured by the same ``transport:`` section.
+    ``rlax serve param-server --transport NAME`` (and the launchers) look the server up
+    here; a transport without a registered server (``inproc``) needs none.
+    """
+
+
+@hookspec
 def register_sandboxes(register: Register) -> None:
     """Registers sandbox backends: factories returning a ``SandboxBackend``.
 

@@ -3,7 +3,7 @@
 from rlax_core.contracts.launcher import Launcher, ProcessStatus, RenderedArtifact
 from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
 from rlax_core.contracts.queue import Queue
-from rlax_core.contracts.transport import Transport
+from rlax_core.contracts.transport import Transport, TransportServer
 from rlax_core.contracts.verifier import Judge, Program, RunRequest, SandboxBackend
 
 __all__ = [
@@ -18,4 +18,5 @@ __all__ = [
     "RunRequest",
     "SandboxBackend",
     "Transport",
+    "TransportServer",
 ]

@@ -33,3 +33,46 @@ class Transport(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class TransportServer(ABC):
+    """The server process side of a networked transport (a NATS server, a gRPC service).
+
+    A transport plugin whose clients need a server registers a factory for one through
+    the ``register_transport_servers`` hook, under the transport's name and with the
+    transport's config class: server and clients read the same settings (address,
+    credentials, TLS files). ``rlax serve param-server --transport NAME`` and the
+    launchers start it through the registry, so core never imports a plugin.
+
+    Lifecycle: :meth:`start` returns once clients can connect; :meth:`stop` ends
+    everything the server started and is idempotent.
+    """
+
+    @property
+    @abstractmethod
+    def address(self) -> str:
+        """Where clients connect, e.g. ``nats://127.0.0.1:4222`` or ``127.0.0.1:50051``."""
+
+    @abstractmethod
+    def start(self) -> None:
+        """Starts serving; returns when clients can connect.
+
+        Raises:
+            RlaxError: the server cannot start (port taken, missing binary, bad TLS
+                files); the message says what to fix.
+        """
+
+    @abstractmethod
+    def running(self) -> bool:
+        """Whether the server is still serving (False once it stopped or died)."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stops serving and releases what :meth:`start` took; idempotent."""
+
+    def __enter__(self) -> TransportServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

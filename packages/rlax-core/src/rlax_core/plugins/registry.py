@@ -15,6 +15,7 @@ from rlax_core.errors import PluginError
 KINDS: dict[str, str] = {
     # kind -> the hook through which plugins register it
     "transport": "register_transports",
+    "transport_server": "register_transport_servers",
     "sandbox": "register_sandboxes",
     "judge": "register_judges",
     "launcher": "register_launchers",

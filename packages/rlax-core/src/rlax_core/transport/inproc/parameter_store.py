@@ -91,7 +91,57 @@ class InProcParameterStore(ParameterStore):
             # Own the bytes: the caller may mutate its array or donate a JAX buffer later.
             # A device-to-host transfer already produced a private copy; don't make two.
             arrays[name] = host if host.flags.owndata and host is not value else host.copy()
-        digests = tensor_checksums(arrays)
+        return self._commit(version, arrays, metadata)
+
+    def adopt(
+        self,
+        version: int,
+        arrays: Mapping[str, np.ndarray],
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        checksums: Mapping[str, str] | None = None,
+    ) -> PolicyVersion:
+        """Publishes arrays that the caller hands over for good, without copying them.
+
+        For a parameter server that received a version into private buffers (or files
+        mapped into memory): :meth:`publish` would copy them once more. The caller must
+        never change the arrays afterwards.
+
+        Args:
+            version / arrays / metadata: as :meth:`publish`.
+            checksums: the tensors' checksums, when the caller computed them from these
+                very bytes (e.g. while receiving them); None computes them here.
+
+        Raises:
+            VersionConflictError, TypeError, ValueError: as :meth:`publish`.
+        """
+        self._check_open()
+        if not isinstance(version, int) or version < 0:
+            raise ValueError(f"version must be a non-negative int, got {version!r}")
+        if not arrays:
+            raise ValueError("a policy version needs at least one tensor; arrays is empty")
+        return self._commit(
+            version,
+            {name: as_host_array(name, a) for name, a in arrays.items()},
+            metadata,
+            checksums,
+        )
+
+    def newest_ever(self) -> int:
+        """The highest version ever published to this store (-1: none)."""
+        with self._shared.changed:
+            return self._shared.newest_ever
+
+    def _commit(
+        self,
+        version: int,
+        arrays: dict[str, np.ndarray],
+        metadata: Mapping[str, Any] | None,
+        checksums: Mapping[str, str] | None = None,
+    ) -> PolicyVersion:
+        if checksums is not None and set(checksums) != set(arrays):
+            raise ValueError("checksums must name exactly the arrays")
+        digests = dict(checksums) if checksums is not None else tensor_checksums(arrays)
         tensors = tuple(
             TensorInfo(
                 name=name,

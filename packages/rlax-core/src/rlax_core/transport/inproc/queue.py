@@ -4,15 +4,35 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import secrets
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from rlax_core.contracts.queue import Queue
 from rlax_core.errors import LeaseExpiredError, TransportClosedError
 from rlax_core.types.lease import Lease, QueueStats
+
+
+class QueueJournal(Protocol):
+    """Where a queue records its changes, so a server restarted on the journal keeps them.
+
+    Each method is called under the queue's lock, after the change, in the order the
+    changes happened; replaying the calls and :meth:`InProcQueue.restore` rebuild the
+    queue (leases that were live come back ready).
+    """
+
+    def added(self, item_id: str, payload: bytes) -> None:
+        """An item was put."""
+
+    def delivered(self, item_id: str) -> None:
+        """An item was leased (its delivery count went up by one)."""
+
+    def finished(self, item_id: str, dead: bool) -> None:
+        """An item was acked (``dead`` False) or dropped after max_deliveries (True)."""
 
 
 @dataclass
@@ -31,11 +51,20 @@ class _QueueState:
     """
 
     def __init__(
-        self, name: str, *, dedupe_window_s: float = 3600.0, max_deliveries: int | None = None
+        self,
+        name: str,
+        *,
+        dedupe_window_s: float = 3600.0,
+        max_deliveries: int | None = None,
+        journal: QueueJournal | None = None,
     ) -> None:
         if max_deliveries is not None and max_deliveries < 1:
             raise ValueError(f"max_deliveries must be at least 1, got {max_deliveries}")
         self.name = name
+        self._journal = journal
+        # Tokens differ between incarnations of a queue restored from a journal, so a
+        # lease handed out before a restart never matches one handed out after it.
+        self._incarnation = secrets.token_hex(4)
         self._window = dedupe_window_s
         self._max_deliveries = max_deliveries
         self.cond = threading.Condition()
@@ -61,8 +90,23 @@ class _QueueState:
             self._payloads[item_id] = bytes(payload)
             self._deliveries[item_id] = 0
             self._ready.append(item_id)
+            if self._journal is not None:
+                self._journal.added(item_id, self._payloads[item_id])
             self.cond.notify_all()
             return True
+
+    def restore(
+        self, items: Iterable[tuple[str, bytes, int]], done: Iterable[str], dead: int
+    ) -> None:
+        with self.cond:
+            for item_id in done:
+                self._done[item_id] = (time.monotonic(), None)
+            self._dead += dead
+            for item_id, payload, deliveries in items:
+                self._payloads[item_id] = payload
+                self._deliveries[item_id] = deliveries
+                self._ready.append(item_id)
+            self.cond.notify_all()
 
     def get(
         self, lease_s: float, timeout: float | None, check_open: Callable[[], None]
@@ -138,7 +182,9 @@ class _QueueState:
     def _lease_next(self, lease_s: float) -> Lease:
         item_id = self._ready.popleft()
         self._deliveries[item_id] += 1
-        token = f"{self.name}:{next(self._tokens)}"
+        if self._journal is not None:
+            self._journal.delivered(item_id)
+        token = f"{self.name}:{self._incarnation}:{next(self._tokens)}"
         deadline = time.monotonic() + lease_s
         self._leased[item_id] = _Delivery(token, self._deliveries[item_id], deadline)
         heapq.heappush(self._deadlines, (deadline, item_id, token))
@@ -180,6 +226,8 @@ class _QueueState:
         del self._payloads[item_id]
         del self._deliveries[item_id]
         self._done[item_id] = (time.monotonic(), token)
+        if self._journal is not None:
+            self._journal.finished(item_id, dead=token is None)
 
     def _forget_old_ids(self) -> None:
         horizon = time.monotonic() - self._window
@@ -202,6 +250,7 @@ class InProcQueue(Queue):
             duplicate put of it is ignored.
         max_deliveries: drop an item after this many deliveries without an ack (None:
             never).
+        journal: records every change (a server keeps its queues across restarts).
     """
 
     def __init__(
@@ -210,12 +259,29 @@ class InProcQueue(Queue):
         *,
         dedupe_window_s: float = 3600.0,
         max_deliveries: int | None = None,
+        journal: QueueJournal | None = None,
         _state: _QueueState | None = None,
     ) -> None:
         self._state = _state or _QueueState(
-            name, dedupe_window_s=dedupe_window_s, max_deliveries=max_deliveries
+            name,
+            dedupe_window_s=dedupe_window_s,
+            max_deliveries=max_deliveries,
+            journal=journal,
         )
         self._closed = False
+
+    def restore(
+        self, items: Iterable[tuple[str, bytes, int]], done: Iterable[str], dead: int = 0
+    ) -> None:
+        """Loads a queue's state replayed from its journal; call before any other method.
+
+        Args:
+            items: ``(item_id, payload, deliveries so far)`` of every queued or leased
+                item, in put order; all become ready.
+            done: ids acked or dropped (their duplicates are ignored for the window).
+            dead: items dropped after max_deliveries so far.
+        """
+        self._state.restore(items, done, dead)
 
     def client(self) -> InProcQueue:
         """Another client of the same items; closing one client leaves the others open."""

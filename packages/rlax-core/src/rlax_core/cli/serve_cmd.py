@@ -1,0 +1,167 @@
+"""``rlax serve param-server``: run a networked transport's server as its own process.
+
+The server comes from the plugin that registered the transport (through the
+``register_transport_servers`` hook), so core starts a NATS or gRPC server without
+importing either. Settings come from the run config's ``transport:`` section, from
+``--set key=value`` overrides, or both; the server and its clients read the same ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rlax_core.config.loading import load_run_config
+from rlax_core.contracts.transport import TransportServer
+from rlax_core.errors import ConfigError, RlaxError
+from rlax_core.plugins.manager import load_registry
+from rlax_core.plugins.registry import BuildContext, Registry
+
+# How often the foreground loop checks that the server is still alive.
+_POLL_S = 0.5
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Adds the ``serve`` subcommand."""
+    sub = commands.add_parser(
+        "serve",
+        help="run a transport's server (parameter store and queues) as its own process",
+        description="Run the server of a networked transport until SIGINT or SIGTERM. "
+        "Settings come from the run config's transport section and --set overrides.",
+    )
+    sub.add_argument("what", choices=["param-server"], help="the server to run")
+    sub.add_argument("--transport", help="transport type, e.g. grpc or nats")
+    sub.add_argument("--config", type=Path, help="a run config whose transport section to use")
+    sub.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one transport setting (VALUE is read as YAML); repeatable",
+    )
+    sub.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Builds the server, starts it, prints its address and serves until signalled."""
+    registry = load_registry()
+    server = build_server(
+        registry,
+        transport=args.transport,
+        config_path=args.config,
+        overrides=parse_overrides(args.overrides),
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    server.start()
+    try:
+        print(f"serving {args.what} at {server.address}", flush=True)
+        while not stop.wait(_POLL_S):
+            if not server.running():
+                raise RlaxError(f"the server at {server.address} stopped on its own; see its log")
+    finally:
+        server.stop()
+    print("stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["port=5000", "server.state_dir=/x"]`` → ``{"port": 5000, "server": {"state_dir": "/x"}}``.
+
+    Dots in a key reach into nested settings.
+
+    Raises:
+        ConfigError: a pair has no ``=``.
+    """
+    result: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects KEY=VALUE, got {pair!r}")
+        *parents, leaf = key.strip().split(".")
+        node = result
+        for parent in parents:
+            node = node.setdefault(parent, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {pair!r}: {parent!r} is set to a value already")
+        node[leaf] = yaml.safe_load(value) if value else ""
+    return result
+
+
+def build_server(
+    registry: Registry,
+    *,
+    transport: str | None,
+    config_path: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> TransportServer:
+    """The server for a transport, configured like that transport's clients.
+
+    Args:
+        registry: the installed plugins.
+        transport: the transport type; may be omitted when ``config_path`` is given.
+        config_path: a run config whose ``transport`` section holds the settings.
+        overrides: settings that replace those of the run config (or the defaults).
+
+    Raises:
+        ConfigError: no transport named, it needs no server, or the settings are invalid.
+    """
+    settings: dict[str, Any] = {}
+    if config_path is not None:
+        section = load_run_config(config_path, registry).transport
+        settings = section.model_dump()
+        if transport is not None and transport != section.type:
+            raise ConfigError(
+                f"--transport {transport} disagrees with transport.type {section.type!r} in "
+                f"{config_path}; drop one of them"
+            )
+        transport = section.type
+    if transport is None:
+        raise ConfigError("name the transport: --transport NAME, or --config RUN.yaml")
+    servers = registry.names("transport_server")
+    if transport not in servers:
+        if transport in registry.names("transport"):
+            raise ConfigError(
+                f"transport {transport!r} needs no server (its clients share memory); "
+                f"servers exist for: {', '.join(servers) or 'none installed'}"
+            )
+        raise ConfigError(
+            f"no transport named {transport!r} is installed; transports with a server: "
+            f"{', '.join(servers) or 'none'} (see `rlax plugins`)"
+        )
+    registration = registry.get("transport_server", transport)
+    _merge(settings, dict(overrides or {}))
+    settings["type"] = transport
+    config = _validate(registration.config_cls, settings, transport)
+    return registry.build("transport_server", config, BuildContext(registry))
+
+
+def _merge(settings: dict[str, Any], overrides: dict[str, Any]) -> None:
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(settings.get(key), dict):
+            _merge(settings[key], value)
+        else:
+            settings[key] = value
+
+
+def _validate(config_cls: type[BaseModel], settings: dict[str, Any], name: str) -> BaseModel:
+    try:
+        return config_cls.model_validate(settings)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors()
+        )
+        allowed = ", ".join(f for f in config_cls.model_fields if f != "type")
+        raise ConfigError(
+            f"invalid {name} transport settings: {problems} (settings: {allowed})"
+        ) from None

@@ -1,0 +1,97 @@
+"""Settings of the ``grpc`` transport, shared by its clients and its server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class GrpcServerSettings(BaseModel):
+    """What only the parameter server (``rlax serve param-server --transport grpc``) reads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state_dir: Path | None = Field(
+        default=None,
+        description="Folder holding the retained versions, so a restarted server keeps them "
+        "(null: a temporary folder, deleted on stop).",
+    )
+    tls_cert_file: Path | None = Field(default=None, description="Server certificate (PEM).")
+    tls_key_file: Path | None = Field(default=None, description="Private key of tls_cert_file.")
+    max_workers: int = Field(
+        default=64, ge=4, description="Threads serving calls (each blocked get holds one)."
+    )
+
+
+class GrpcTransportConfig(BaseModel):
+    """Parameter server and queues as one gRPC service, run with `rlax serve param-server`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str = Field(
+        default="127.0.0.1:50051",
+        pattern=r"^[^:\s]+:\d+$",
+        description="host:port of the parameter server (the server listens there).",
+    )
+    namespace: str = Field(
+        default="rlax",
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="Runs sharing one server keep apart by namespace.",
+    )
+    keep_versions: int = Field(
+        default=2, ge=1, description="Policy versions the server retains (a server setting)."
+    )
+    chunk_mb: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Size of one weight chunk message in MiB (1 MiB streamed fastest in "
+        "`rlax bench transport`).",
+    )
+    max_item_mb: int = Field(
+        default=16, ge=1, le=1024, description="Largest queue item payload in MiB."
+    )
+    dedupe_window_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Seconds an acked item id is remembered, so a duplicate put is ignored.",
+    )
+    max_deliveries: int | None = Field(
+        default=None,
+        ge=1,
+        description="Drop a queue item after this many deliveries without an ack (null: never).",
+    )
+    token: str | None = Field(
+        default=None,
+        description="Bearer token sent with (clients) or required of (server) every call.",
+    )
+    tls_ca_file: Path | None = Field(
+        default=None,
+        description="CA certificate (PEM) clients trust; set it to connect over TLS.",
+    )
+    connect_timeout_s: float = Field(
+        default=5.0, gt=0, description="Seconds to reach the server the first time."
+    )
+    reconnect_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a call waits for an unreachable server to come back before failing.",
+    )
+    server: GrpcServerSettings = Field(
+        default_factory=GrpcServerSettings, description="Read only by the server."
+    )
+
+    @model_validator(mode="after")
+    def _tls_files_go_together(self) -> GrpcTransportConfig:
+        if (self.server.tls_cert_file is None) != (self.server.tls_key_file is None):
+            raise ValueError("server.tls_cert_file and server.tls_key_file go together")
+        return self
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The message-size limit of both sides: a chunk or an item, plus room for framing.
+
+        gRPC's defaults (4 MiB received) would refuse a 4 MiB chunk with its header.
+        """
+        return (max(self.chunk_mb, self.max_item_mb) << 20) + (1 << 20)

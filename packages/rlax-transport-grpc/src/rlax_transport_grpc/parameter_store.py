@@ -1,0 +1,272 @@
+"""The parameter store client of the gRPC transport.
+
+Publish streams the manifest and then every chunk in one client-streaming call; the
+server makes the version visible only when the stream ended and every checksum
+matched. Fetch reads the manifest, then streams the chunks straight into the
+destination arrays (one chunk at a time is held beyond them) and verifies each
+tensor's checksum end to end. Version watching is one server stream per client,
+opened on the first wait and re-opened after a reconnect.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import grpc
+import numpy as np
+
+from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
+from rlax_core.errors import (
+    ChecksumMismatchError,
+    TransportClosedError,
+    VersionConflictError,
+    VersionNotFoundError,
+)
+from rlax_core.tensors import as_host_array, manifest_checksum, tensor_checksum, tensor_checksums
+from rlax_core.types.policy import PolicyVersion, TensorInfo
+from rlax_transport_grpc import wire
+from rlax_transport_grpc.channel import GrpcChannel, chunk_frames
+from rlax_transport_grpc.config import GrpcTransportConfig
+from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
+
+
+class GrpcParameterStore(ParameterStore):
+    """A client of the parameter server's versioned store.
+
+    Args:
+        channel: the channel to the server.
+        owns_channel: close the channel with the store.
+    """
+
+    def __init__(self, channel: GrpcChannel, *, owns_channel: bool = False) -> None:
+        self._ch = channel
+        self._owns = owns_channel
+        self._chunk_bytes = channel.config.chunk_mb << 20
+        self._closed = False
+        self._changed = threading.Condition()
+        self._newest_seen = -1
+        self._watch: Any = None
+        self._watcher: threading.Thread | None = None
+
+    @classmethod
+    def open(cls, config: GrpcTransportConfig) -> GrpcParameterStore:
+        """A store on a channel of its own (closed with the store)."""
+        return cls(GrpcChannel(config), owns_channel=True)
+
+    def publish(
+        self,
+        version: int,
+        params: Mapping[str, Any],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> PolicyVersion:
+        self._check_open()
+        if not isinstance(version, int) or version < 0:
+            raise ValueError(f"version must be a non-negative int, got {version!r}")
+        if not params:
+            raise ValueError("a policy version needs at least one tensor; params is empty")
+        arrays: dict[str, np.ndarray] = {}
+        for name, value in params.items():
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"parameter names must be non-empty strings, got {name!r}")
+            arrays[name] = as_host_array(name, value)
+        digests = tensor_checksums(arrays)
+        tensors = tuple(
+            TensorInfo(
+                name=n, dtype=a.dtype.name, shape=a.shape, nbytes=a.nbytes, checksum=digests[n]
+            )
+            for n, a in arrays.items()
+        )
+        info = PolicyVersion(
+            version=version,
+            tensors=tensors,
+            metadata=dict(metadata or {}),
+            created_at=time.time(),
+            checksum=manifest_checksum([(t.name, t.dtype, t.shape, t.checksum) for t in tensors]),
+        )
+        views = [memoryview(a.reshape(-1).view(np.uint8)) for a in arrays.values()]
+
+        def frames() -> Iterator[bytes]:
+            yield wire.encode_manifest_frame(info.to_bytes())
+            for index, data in enumerate(views):
+                for tensor, start, end in chunk_frames(index, data, self._chunk_bytes):
+                    yield wire.encode_publish_chunk(tensor, start, data[start:end])
+
+        attempts = [0]
+
+        def attempt(timeout: float) -> pb.Manifest:
+            attempts[0] += 1
+            # No deadline: its length scales with the bytes; keep-alives catch a dead server.
+            return self._ch.publish_frames(frames(), **self._ch.kw(None))
+
+        try:
+            self._ch.call(f"publish of version {version}", attempt)
+        except VersionConflictError:
+            # A retry after a lost reply finds its own first attempt committed.
+            latest = self.latest() if attempts[0] > 1 else None
+            if latest is None or latest.version != version or latest.checksum != info.checksum:
+                raise
+        return info
+
+    def latest(self) -> PolicyVersion | None:
+        self._check_open()
+        reply = self._ch.call(
+            "reading the latest version",
+            lambda t: self._ch.params.GetManifest(pb.VersionRequest(version=-1), **self._ch.kw(t)),
+        )
+        return PolicyVersion.from_bytes(reply.policy_json) if reply.policy_json else None
+
+    def versions(self) -> list[int]:
+        self._check_open()
+        reply = self._ch.call(
+            "listing versions", lambda t: self._ch.params.ListVersions(pb.Empty(), **self._ch.kw(t))
+        )
+        return list(reply.versions)
+
+    def fetch(
+        self,
+        version: int | None = None,
+        names: Iterable[str] | None = None,
+        out: Mapping[str, np.ndarray] | None = None,
+    ) -> FetchedParameters:
+        self._check_open()
+        info = self._manifest(version)
+        wanted = list(info.names if names is None else names)
+        missing = [n for n in wanted if n not in info.names]
+        if missing:
+            raise KeyError(
+                f"version {info.version} has no tensor(s) {missing}; it has {info.names}"
+            )
+        destinations = {n: _destination(info.tensor(n), (out or {}).get(n)) for n in wanted}
+        request = pb.FetchRequest(version=info.version, names=wanted)
+
+        def attempt(timeout: float) -> None:
+            received = dict.fromkeys(range(len(info.tensors)), 0)
+            flats = {
+                info.names.index(n): a.reshape(-1).view(np.uint8) for n, a in destinations.items()
+            }
+            for frame in self._ch.fetch_frames(request, **self._ch.kw(None)):
+                tensor, offset, data = wire.decode_chunk(frame)
+                flat = flats.get(tensor)
+                if flat is None or offset + len(data) > len(flat):
+                    raise ChecksumMismatchError(
+                        f"a chunk of version {info.version} does not fit tensor #{tensor}; "
+                        "the stream is corrupted, fetch again"
+                    )
+                flat[offset : offset + len(data)] = np.frombuffer(data, np.uint8)
+                received[tensor] += len(data)
+                del frame, data  # at most one chunk is held beyond the destinations
+            short = [info.tensors[i].name for i in flats if received[i] != len(flats[i])]
+            if short:
+                raise ChecksumMismatchError(
+                    f"tensors {short} of version {info.version} arrived truncated from "
+                    f"{self._ch.address}; fetch again"
+                )
+
+        self._ch.call(f"fetch of version {info.version}", attempt)
+        for name, array in destinations.items():
+            if tensor_checksum(array) != info.tensor(name).checksum:
+                raise ChecksumMismatchError(
+                    f"tensor {name!r} of version {info.version} does not match its checksum; "
+                    f"the bytes from the parameter server at {self._ch.address} are corrupted"
+                )
+        return FetchedParameters(version=info, arrays=destinations)
+
+    def wait_for_newer(self, than: int | None, timeout: float | None) -> PolicyVersion | None:
+        self._check_open()
+        floor = -1 if than is None else than
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._ensure_watching()
+        latest = self.latest()
+        with self._changed:
+            if latest is not None:
+                self._newest_seen = max(self._newest_seen, latest.version)
+            while self._newest_seen <= floor:
+                self._check_open()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._changed.wait(remaining)
+            self._check_open()
+        return self.latest()
+
+    def close(self) -> None:
+        with self._changed:
+            if self._closed:
+                return
+            self._closed = True
+            self._changed.notify_all()
+        if self._watch is not None:
+            self._watch.cancel()
+        if self._owns:
+            self._ch.close()
+
+    # -- internals --
+
+    def _manifest(self, version: int | None) -> PolicyVersion:
+        request = pb.VersionRequest(version=-1 if version is None else version)
+        reply = self._ch.call(
+            f"reading the manifest of version {version}",
+            lambda t: self._ch.params.GetManifest(request, **self._ch.kw(t)),
+        )
+        if not reply.policy_json:
+            raise VersionNotFoundError(
+                f"no policy version has been published to the parameter server at "
+                f"{self._ch.address} (namespace {self._ch.config.namespace!r})"
+            )
+        info = PolicyVersion.from_bytes(reply.policy_json)
+        if info.expected_checksum() != info.checksum:
+            raise ChecksumMismatchError(f"the manifest of version {info.version} is corrupted")
+        return info
+
+    def _ensure_watching(self) -> None:
+        with self._changed:
+            if self._watcher is None:
+                self._watcher = threading.Thread(
+                    target=self._watch_loop, name="rlax-grpc-watch", daemon=True
+                )
+                self._watcher.start()
+
+    def _watch_loop(self) -> None:
+        """Follows the server's version stream; re-opens it after a disconnect."""
+        while not self._closed:
+            try:
+                self._watch = self._ch.params.WatchVersions(
+                    pb.VersionRequest(version=self._newest_seen), metadata=self._ch.metadata
+                )
+                for manifest in self._watch:
+                    version = PolicyVersion.from_bytes(manifest.policy_json).version
+                    with self._changed:
+                        if version > self._newest_seen:
+                            self._newest_seen = version
+                            self._changed.notify_all()
+            except (grpc.RpcError, ValueError):
+                pass
+            if not self._closed:
+                time.sleep(0.2)  # the server is restarting: try again shortly
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransportClosedError(
+                f"this client of the parameter server at {self._ch.address} is closed"
+            )
+        self._ch.check_open()
+
+
+def _destination(tensor: TensorInfo, given: np.ndarray | None) -> np.ndarray:
+    dtype = np.dtype(tensor.dtype)
+    if given is None:
+        return np.empty(tensor.shape, dtype)
+    if given.dtype != dtype or tuple(given.shape) != tuple(tensor.shape):
+        raise ValueError(
+            f"out[{tensor.name!r}] is {given.dtype}{list(given.shape)}, but the tensor is "
+            f"{dtype}{list(tensor.shape)}"
+        )
+    if not given.flags.c_contiguous or not given.flags.writeable:
+        raise ValueError(f"out[{tensor.name!r}] must be a writable C-contiguous array")
+    return given
+
+
+__all__ = ["GrpcParameterStore"]

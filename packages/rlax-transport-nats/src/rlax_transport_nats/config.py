@@ -1,0 +1,118 @@
+"""Settings of the ``nats`` transport, shared by its clients and ``rlax serve``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class NatsServerSettings(BaseModel):
+    """How ``rlax serve param-server --transport nats`` starts a nats-server, when none runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store_dir: Path | None = Field(
+        default=None,
+        description="JetStream store folder (null: a temporary folder, deleted on stop).",
+    )
+    tls_cert_file: Path | None = Field(
+        default=None, description="Server certificate (PEM) to serve TLS with."
+    )
+    tls_key_file: Path | None = Field(default=None, description="Private key of tls_cert_file.")
+    max_payload_mb: int = Field(
+        default=16,
+        ge=1,
+        le=64,
+        description="Largest message the server accepts, in MiB (nats-server's max_payload).",
+    )
+
+
+class NatsTransportConfig(BaseModel):
+    """Parameter store and queues on NATS JetStream; processes may run on any hosts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    servers: list[str] = Field(
+        default_factory=lambda: ["nats://127.0.0.1:4222"],
+        min_length=1,
+        description="NATS server URLs (nats:// or tls://); the client fails over between them.",
+    )
+    namespace: str = Field(
+        default="rlax",
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="Prefix of every stream and subject; runs sharing a server need distinct ones.",
+    )
+    keep_versions: int = Field(
+        default=2, ge=1, description="Policy versions the parameter store retains."
+    )
+    chunk_mb: int = Field(
+        default=8,
+        ge=1,
+        le=63,
+        description="Size of one weight chunk message in MiB (capped by the server's max_payload).",
+    )
+    dedupe_window_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Seconds a queue item id is remembered, so a duplicate put is ignored.",
+    )
+    max_deliveries: int | None = Field(
+        default=None,
+        ge=1,
+        description="Drop a queue item after this many deliveries without an ack (null: never).",
+    )
+    lease_tick_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="JetStream ack wait: a preempted consumer's lease ends at most this late.",
+    )
+    user: str | None = Field(default=None, description="User name (with password).")
+    password: str | None = Field(default=None, description="Password of user.")
+    token: str | None = Field(default=None, description="Authentication token.")
+    nkey_seed_file: Path | None = Field(
+        default=None, description="File holding this client's nkey seed (SU...)."
+    )
+    tls_ca_file: Path | None = Field(
+        default=None, description="CA certificate (PEM) that signed the server's certificate."
+    )
+    tls_cert_file: Path | None = Field(
+        default=None, description="Client certificate (PEM), where the server asks for one."
+    )
+    tls_key_file: Path | None = Field(default=None, description="Private key of tls_cert_file.")
+    connect_timeout_s: float = Field(
+        default=5.0, gt=0, description="Seconds to establish the first connection."
+    )
+    reconnect_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a call waits for a lost connection to come back before failing.",
+    )
+    server: NatsServerSettings = Field(
+        default_factory=NatsServerSettings,
+        description="Used only by `rlax serve` when it starts a nats-server itself.",
+    )
+
+    @model_validator(mode="after")
+    def _credentials_are_complete(self) -> NatsTransportConfig:
+        if (self.user is None) != (self.password is None):
+            raise ValueError("user and password go together; set both or neither")
+        chosen = [
+            name
+            for name, value in (
+                ("user/password", self.user),
+                ("token", self.token),
+                ("nkey_seed_file", self.nkey_seed_file),
+            )
+            if value is not None
+        ]
+        if len(chosen) > 1:
+            raise ValueError(f"choose one way to authenticate, not {' and '.join(chosen)}")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        return self
+
+    @property
+    def address(self) -> str:
+        """The server URLs as one string, for messages."""
+        return ", ".join(self.servers)

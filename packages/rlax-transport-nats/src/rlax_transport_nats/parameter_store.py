@@ -1,0 +1,479 @@
+"""The parameter store on JetStream: chunk messages first, the manifest last.
+
+Layout, per namespace ``ns``:
+
+* stream ``RLAX_<ns>_PARAM_DATA``: one message per chunk of raw tensor bytes on subject
+  ``rlax.<ns>.params.data.<version>.<upload>.<tensor>.<chunk>``, where ``upload`` is
+  random per publish call, so racing publishers never overwrite each other's chunks
+  (one message per subject, so re-sending a chunk after a reconnect replaces it);
+* stream ``RLAX_<ns>_PARAMS``: one JSON manifest per version on
+  ``rlax.<ns>.params.manifest.<version>``, keeping the last ``keep_versions``.
+
+A version is visible once its manifest exists, and the manifest is written after every
+chunk is stored, with ``Nats-Expected-Last-Sequence``, so two publishers cannot both
+win and a version never goes back. Readers fetch chunks one at a time by subject
+(direct get) straight into the destination arrays and verify every tensor's XXH3
+checksum. Watchers subscribe to the manifest subjects: JetStream publishes are plain
+NATS messages too, so every client hears of a new version at once, without polling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import nats.js.errors
+import numpy as np
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+
+from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
+from rlax_core.errors import (
+    ChecksumMismatchError,
+    TransportClosedError,
+    TransportUnreachableError,
+    VersionConflictError,
+    VersionNotFoundError,
+)
+from rlax_core.tensors import as_host_array, manifest_checksum, tensor_checksum, tensor_checksums
+from rlax_core.types.policy import PolicyVersion, TensorInfo
+from rlax_transport_nats.bulk import BulkConnection, BulkUnavailableError, ChunkNotFoundError
+from rlax_transport_nats.config import NatsTransportConfig
+from rlax_transport_nats.connection import NatsConnection, api_error
+
+# JetStream error code: Nats-Expected-Last-Sequence did not match (another publisher won).
+_WRONG_LAST_SEQUENCE = 10071
+# Chunks of one publish in flight at once: enough to keep the server busy.
+_PUBLISH_WINDOW = 4
+# Direct gets in flight at once during a fetch (each lands in its own destination).
+_FETCH_WINDOW = 4
+
+
+class NatsParameterStore(ParameterStore):
+    """Versioned weights on JetStream (see the module docstring for the layout).
+
+    Args:
+        connection: the NATS connection to use.
+        config: the transport settings (namespace, retention, chunk size).
+        owns_connection: close ``connection`` with the store.
+    """
+
+    def __init__(
+        self,
+        connection: NatsConnection,
+        config: NatsTransportConfig,
+        *,
+        owns_connection: bool = False,
+    ) -> None:
+        self._conn = connection
+        self._owns = owns_connection
+        self._config = config
+        ns = config.namespace
+        self._data_stream = f"RLAX_{ns}_PARAM_DATA"
+        self._manifest_stream = f"RLAX_{ns}_PARAMS"
+        self._data_prefix = f"rlax.{ns}.params.data"
+        self._manifest_prefix = f"rlax.{ns}.params.manifest"
+        max_payload = connection.nc.max_payload
+        self._chunk_bytes = min(config.chunk_mb << 20, max_payload)
+        self._closed = False
+        self._changed = threading.Condition()
+        self._newest_seen = -1
+        self._subscription: Any = None
+        self._bulk_pool: list[BulkConnection] = []
+        self._bulk_lock = threading.Lock()
+        connection.call_retrying("creating the parameter streams", self._setup)
+        connection.on_reconnect(self._catch_up)
+
+    @property
+    def connection(self) -> NatsConnection:
+        """The NATS connection this store uses."""
+        return self._conn
+
+    @classmethod
+    def open(cls, config: NatsTransportConfig) -> NatsParameterStore:
+        """A store on a connection of its own (closed with the store)."""
+        return cls(NatsConnection(config), config, owns_connection=True)
+
+    # -- the contract --
+
+    def publish(
+        self,
+        version: int,
+        params: Mapping[str, Any],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> PolicyVersion:
+        self._check_open()
+        if not isinstance(version, int) or version < 0:
+            raise ValueError(f"version must be a non-negative int, got {version!r}")
+        if not params:
+            raise ValueError("a policy version needs at least one tensor; params is empty")
+        arrays: dict[str, np.ndarray] = {}
+        for name, value in params.items():
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"parameter names must be non-empty strings, got {name!r}")
+            arrays[name] = as_host_array(name, value)
+        digests = tensor_checksums(arrays)
+        tensors = tuple(
+            TensorInfo(
+                name=n, dtype=a.dtype.name, shape=a.shape, nbytes=a.nbytes, checksum=digests[n]
+            )
+            for n, a in arrays.items()
+        )
+        info = PolicyVersion(
+            version=version,
+            tensors=tensors,
+            metadata=dict(metadata or {}),
+            created_at=time.time(),
+            checksum=manifest_checksum([(t.name, t.dtype, t.shape, t.checksum) for t in tensors]),
+        )
+        upload = secrets.token_hex(6)
+        manifest = json.dumps(
+            {
+                "policy": json.loads(info.to_bytes()),
+                "chunk_bytes": self._chunk_bytes,
+                "upload": upload,
+            }
+        ).encode()
+        newest, last_seq = self._conn.call_retrying("reading the store", self._manifest_state)
+        if version <= newest:
+            raise VersionConflictError(
+                f"cannot publish version {version}: version {newest} was already "
+                "published and versions are never reused"
+            )
+        chunks = []
+        for index, array in enumerate(arrays.values()):
+            data = memoryview(array.reshape(-1).view(np.uint8))
+            for chunk in range(_chunk_count(array.nbytes, self._chunk_bytes)):
+                part = data[chunk * self._chunk_bytes : (chunk + 1) * self._chunk_bytes]
+                chunks.append((f"{self._data_prefix}.{version}.{upload}.{index}.{chunk}", part))
+        try:
+            # Chunks go straight from the arrays to the socket; a retry re-sends them all
+            # (one message per subject, so nothing is duplicated).
+            self._with_bulk(
+                f"publishing version {version}", lambda bulk: bulk.publish(chunks, _PUBLISH_WINDOW)
+            )
+            self._conn.call(
+                self._commit(info, manifest, last_seq),
+                timeout=self._config.reconnect_timeout_s + 10,
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):  # a failed publish leaves no trace
+                self._conn.call(
+                    self._purge_data(f"{version}.{upload}"), timeout=self._config.connect_timeout_s
+                )
+            raise
+        with contextlib.suppress(Exception):  # committed; the next publish evicts again
+            self._conn.call(self._evict(version), timeout=self._config.reconnect_timeout_s)
+        return info
+
+    def latest(self) -> PolicyVersion | None:
+        self._check_open()
+        versions = self._versions()
+        return self._manifest(versions[-1])[0] if versions else None
+
+    def versions(self) -> list[int]:
+        self._check_open()
+        return self._versions()
+
+    def fetch(
+        self,
+        version: int | None = None,
+        names: Iterable[str] | None = None,
+        out: Mapping[str, np.ndarray] | None = None,
+    ) -> FetchedParameters:
+        self._check_open()
+        if version is None:
+            versions = self._versions()
+            if not versions:
+                raise VersionNotFoundError(
+                    f"no policy version has been published to NATS at {self._conn.address} "
+                    f"(namespace {self._config.namespace!r})"
+                )
+            version = versions[-1]
+        info, chunk_bytes, upload = self._manifest(version)
+        wanted = list(info.names if names is None else names)
+        missing = [n for n in wanted if n not in info.names]
+        if missing:
+            raise KeyError(f"version {version} has no tensor(s) {missing}; it has {info.names}")
+        index = {n: i for i, n in enumerate(info.names)}
+        destinations = {n: _destination(info.tensor(n), (out or {}).get(n)) for n in wanted}
+        requests: list[tuple[str, memoryview]] = []
+        owners: list[tuple[str, int]] = []
+        for name in wanted:
+            flat = memoryview(destinations[name].reshape(-1).view(np.uint8))
+            nbytes = info.tensor(name).nbytes
+            for chunk in range(_chunk_count(nbytes, chunk_bytes)):
+                start = chunk * chunk_bytes
+                subject = f"{self._data_prefix}.{version}.{upload}.{index[name]}.{chunk}"
+                # Straight into the destination: no chunk is held anywhere else.
+                requests.append((subject, flat[start : min(start + chunk_bytes, nbytes)]))
+                owners.append((name, chunk))
+        try:
+            sizes = self._with_bulk(
+                f"fetch of version {version}",
+                lambda bulk: bulk.fetch_many(self._data_stream, requests, _FETCH_WINDOW),
+            )
+        except ChunkNotFoundError:
+            raise VersionNotFoundError(
+                f"policy version {version} was evicted while it was being read"
+            ) from None
+        for (name, chunk), (_, view), size in zip(owners, requests, sizes, strict=True):
+            if size != len(view):
+                raise ChecksumMismatchError(
+                    f"chunk {chunk} of tensor {name!r} of version {version} holds {size} "
+                    f"bytes, expected {len(view)} (truncated or damaged); fetch again"
+                )
+        for name, array in destinations.items():
+            if tensor_checksum(array) != info.tensor(name).checksum:
+                raise ChecksumMismatchError(
+                    f"tensor {name!r} of version {version} does not match its checksum; "
+                    f"the bytes stored on NATS at {self._conn.address} are corrupted"
+                )
+        return FetchedParameters(version=info, arrays=destinations)
+
+    def wait_for_newer(self, than: int | None, timeout: float | None) -> PolicyVersion | None:
+        floor = -1 if than is None else than
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._check_open()
+        versions = self._versions()
+        with self._changed:
+            if versions:
+                self._newest_seen = max(self._newest_seen, versions[-1])
+            while self._newest_seen <= floor:
+                self._check_open()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._changed.wait(remaining)
+            self._check_open()
+        return self.latest()
+
+    def close(self) -> None:
+        with self._changed:
+            if self._closed:
+                return
+            self._closed = True
+            self._changed.notify_all()
+        with self._bulk_lock:
+            for bulk in self._bulk_pool:
+                bulk.close()
+            self._bulk_pool.clear()
+        if self._owns:
+            self._conn.close()
+
+    # -- reading --
+
+    def _versions(self) -> list[int]:
+        async def list_versions() -> list[int]:
+            info = await self._conn.js.stream_info(
+                self._manifest_stream, subjects_filter=f"{self._manifest_prefix}.*"
+            )
+            subjects = info.state.subjects or {}
+            return sorted(int(s.rsplit(".", 1)[1]) for s in subjects)
+
+        return self._conn.call_retrying("listing the policy versions", list_versions)
+
+    def manifest_of(self, version: int) -> tuple[PolicyVersion, int, str]:
+        """The manifest of a version, its chunk size and the subject token of its upload.
+
+        Raises:
+            VersionNotFoundError: the version is not retained.
+        """
+        self._check_open()
+        return self._manifest(version)
+
+    def _manifest(self, version: int) -> tuple[PolicyVersion, int, str]:
+        subject = f"{self._manifest_prefix}.{version}"
+
+        async def get() -> Any:
+            return await self._conn.js.get_msg(self._manifest_stream, subject=subject, direct=True)
+
+        try:
+            message = self._conn.call_retrying(f"reading the manifest of version {version}", get)
+        except nats.js.errors.NotFoundError:
+            raise VersionNotFoundError(
+                f"policy version {version} is not in the store at {self._conn.address} "
+                f"(retained: {self._versions() or 'none'})"
+            ) from None
+        body = json.loads(message.data)
+        info = PolicyVersion.model_validate(body["policy"])
+        if info.expected_checksum() != info.checksum:
+            raise ChecksumMismatchError(f"the manifest of version {version} is corrupted")
+        return info, int(body["chunk_bytes"]), str(body["upload"])
+
+    def _with_bulk(self, what: str, work: Any) -> Any:
+        """Runs ``work(bulk_connection)``, retrying on a fresh connection until the budget."""
+        deadline = time.monotonic() + self._config.reconnect_timeout_s
+        delay = 0.05
+        while True:
+            self._check_open()
+            with self._bulk_lock:
+                bulk = self._bulk_pool.pop() if self._bulk_pool else None
+            try:
+                if bulk is None:
+                    bulk = BulkConnection(self._config)
+                result = work(bulk)
+            except (BulkUnavailableError, TransportUnreachableError) as exc:
+                if bulk is not None:
+                    bulk.close()
+                if time.monotonic() + delay >= deadline:
+                    raise TransportUnreachableError(
+                        f"{what} on NATS at {self._conn.address} failed for "
+                        f"{self._config.reconnect_timeout_s:.0f} s ({exc}); check that the "
+                        "server runs and is reachable (reconnect_timeout_s)"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            except BaseException:
+                if bulk is not None:
+                    bulk.close()  # its stream position is unknown now
+                raise
+            with self._bulk_lock:
+                if self._closed:
+                    bulk.close()
+                else:
+                    self._bulk_pool.append(bulk)
+            return result
+
+    # -- writing (on the connection's loop) --
+
+    async def _manifest_state(self) -> tuple[int, int]:
+        """(newest version, last sequence) of the manifest stream."""
+        stream = await self._conn.js.stream_info(
+            self._manifest_stream, subjects_filter=f"{self._manifest_prefix}.*"
+        )
+        versions = [int(s.rsplit(".", 1)[1]) for s in (stream.state.subjects or {})]
+        return (max(versions) if versions else -1), stream.state.last_seq
+
+    async def _commit(self, info: PolicyVersion, manifest: bytes, last_seq: int) -> None:
+        subject = f"{self._manifest_prefix}.{info.version}"
+        headers = {
+            "Nats-Expected-Last-Sequence": str(last_seq),
+            "Nats-Msg-Id": f"manifest-{info.version}-{info.checksum}",
+        }
+        try:
+            await self._conn.retrying(
+                f"committing version {info.version}",
+                lambda: self._conn.js.publish(subject, manifest, headers=headers),
+            )
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == _WRONG_LAST_SEQUENCE:
+                raise VersionConflictError(
+                    f"cannot publish version {info.version}: another publisher committed a "
+                    "version meanwhile"
+                ) from None
+            raise api_error(f"committing version {info.version}", self._conn.address, exc) from exc
+
+    async def _purge_data(self, tokens: str) -> None:
+        with contextlib.suppress(
+            Exception
+        ):  # best effort: unreferenced chunks are purged by later publishes
+            await self._conn.js.purge_stream(
+                self._data_stream, subject=f"{self._data_prefix}.{tokens}.>"
+            )
+
+    async def _evict(self, published: int) -> None:
+        """Purges the chunks of versions older than ``published`` whose manifest is gone."""
+        manifests = await self._conn.js.stream_info(
+            self._manifest_stream, subjects_filter=f"{self._manifest_prefix}.*"
+        )
+        retained = {int(s.rsplit(".", 1)[1]) for s in (manifests.state.subjects or {})}
+        data = await self._conn.js.stream_info(
+            self._data_stream, subjects_filter=f"{self._data_prefix}.*.*.0.0"
+        )
+        stored = {int(s.split(".")[-4]) for s in (data.state.subjects or {})}
+        for version in sorted(stored - retained):
+            if version < published:
+                await self._purge_data(str(version))
+
+    # -- setup and notifications --
+
+    async def _setup(self) -> None:
+        js = self._conn.js
+        await _ensure_stream(
+            js,
+            StreamConfig(
+                name=self._data_stream,
+                subjects=[f"{self._data_prefix}.>"],
+                storage=StorageType.FILE,
+                max_msgs_per_subject=1,
+                allow_direct=True,
+                discard=DiscardPolicy.OLD,
+            ),
+        )
+        await _ensure_stream(
+            js,
+            StreamConfig(
+                name=self._manifest_stream,
+                subjects=[f"{self._manifest_prefix}.*"],
+                storage=StorageType.FILE,
+                max_msgs=self._config.keep_versions,
+                max_msgs_per_subject=1,
+                allow_direct=True,
+                duplicate_window=120.0,
+            ),
+        )
+        if self._subscription is None:
+            self._subscription = await self._conn.nc.subscribe(
+                f"{self._manifest_prefix}.*", cb=self._on_manifest
+            )
+
+    async def _on_manifest(self, message: Any) -> None:
+        try:
+            version = int(message.subject.rsplit(".", 1)[1])
+        except ValueError:
+            return
+        with self._changed:
+            if version > self._newest_seen:
+                self._newest_seen = version
+                self._changed.notify_all()
+
+    async def _catch_up(self) -> None:
+        """After a reconnect: versions published while we were away wake waiters too."""
+        newest, _ = await self._manifest_state()
+        with self._changed:
+            if newest > self._newest_seen:
+                self._newest_seen = newest
+                self._changed.notify_all()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransportClosedError(
+                f"this client of the parameter store on NATS at {self._conn.address} is closed"
+            )
+
+
+async def _ensure_stream(js: Any, config: StreamConfig) -> None:
+    try:
+        await js.stream_info(config.name)
+    except nats.js.errors.NotFoundError:
+        with contextlib.suppress(
+            nats.js.errors.BadRequestError
+        ):  # another client created it meanwhile
+            await js.add_stream(config)
+
+
+def _chunk_count(nbytes: int, chunk_bytes: int) -> int:
+    # Every tensor has at least one chunk message (empty tensors an empty one), so
+    # "<version>.<upload>.0.0" marks every version that has data in the stream.
+    return max(1, math.ceil(nbytes / chunk_bytes))
+
+
+def _destination(tensor: TensorInfo, given: np.ndarray | None) -> np.ndarray:
+    dtype = np.dtype(tensor.dtype)
+    if given is None:
+        return np.empty(tensor.shape, dtype)
+    if given.dtype != dtype or tuple(given.shape) != tuple(tensor.shape):
+        raise ValueError(
+            f"out[{tensor.name!r}] is {given.dtype}{list(given.shape)}, but the tensor is "
+            f"{dtype}{list(tensor.shape)}"
+        )
+    if not given.flags.c_contiguous or not given.flags.writeable:
+        raise ValueError(f"out[{tensor.name!r}] must be a writable C-contiguous array")
+    return given
