@@ -50,7 +50,7 @@ def test_config_schema_covers_plugin_configs(capsys: pytest.CaptureFixture) -> N
     assert missing == [], f"fields without a description: {missing}"
 
 
-@pytest.mark.parametrize("command", ["train", "launch"])
+@pytest.mark.parametrize("command", ["train"])
 def test_unbuilt_commands_say_so_plainly(command: str, capsys: pytest.CaptureFixture) -> None:
     assert main([command, "examples/quickstart.yaml"]) == 3
     err = capsys.readouterr().err

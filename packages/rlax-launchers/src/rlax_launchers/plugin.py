@@ -1,7 +1,21 @@
 """The rlax-launchers plugin module, loaded through its ``rlax`` entry point.
 
-It will register the ``local``, ``tpu-vm`` and ``gke`` launchers. Until those are built,
-it registers nothing, so ``rlax plugins`` lists the package as loaded without
-implementations and a run config that asks for them is refused with the list of what is
-installed.
+Registers the cloud launchers: ``tpu-vm`` (Cloud TPU VM slices created with ``gcloud``)
+and ``gke`` (a JobSet and its companions on a GKE cluster). The ``local`` launcher
+arrives with the RL loop.
 """
+
+from __future__ import annotations
+
+from rlax_core.hookspecs import Register, hookimpl
+from rlax_launchers.gke.config import GkeLauncherConfig
+from rlax_launchers.gke.launcher import make_gke_launcher
+from rlax_launchers.tpu_vm.config import TpuVmLauncherConfig
+from rlax_launchers.tpu_vm.launcher import make_tpu_vm_launcher
+
+
+@hookimpl
+def register_launchers(register: Register) -> None:
+    """Registers the ``tpu-vm`` and ``gke`` launchers."""
+    register("tpu-vm", make_tpu_vm_launcher, TpuVmLauncherConfig)
+    register("gke", make_gke_launcher, GkeLauncherConfig)

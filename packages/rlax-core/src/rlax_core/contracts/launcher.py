@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -15,7 +15,10 @@ class RenderedArtifact(Record):
     """One thing a launcher would create: a command line, a script or a manifest."""
 
     kind: Literal["command", "script", "manifest"] = Field(description="What this is.")
-    name: str = Field(description="Short name, e.g. 'trainer' or 'jobset.yaml'.")
+    name: str = Field(
+        description="Short name, e.g. 'trainer' or 'JobSet/my-run'; for a script, the file "
+        "the rendered commands read it from."
+    )
     content: str = Field(description="The exact command, script text or YAML.")
 
 
@@ -36,7 +39,20 @@ class ProcessStatus(Record):
 
 
 class Launcher(ABC):
-    """Places a run on machines and reports on it."""
+    """Places a run on machines and reports on it.
+
+    ``run_dir`` is always a local directory: where a local launcher keeps its processes'
+    logs, and where a cloud launcher writes the files its commands read (start-up
+    scripts). The run directory that a cloud run's processes share (``gs://...``) is
+    part of that launcher's own config.
+
+    Attributes:
+        creates_cloud_resources: True for a launcher whose :meth:`launch` creates
+            resources that cost money or outlive this process (TPU VMs, Kubernetes
+            objects). ``rlax launch`` then only renders them unless ``--apply`` is given.
+    """
+
+    creates_cloud_resources: ClassVar[bool] = False
 
     @abstractmethod
     def render(self, run_config: Any, run_dir: Path) -> list[RenderedArtifact]:
@@ -44,7 +60,12 @@ class Launcher(ABC):
 
     @abstractmethod
     def launch(self, run_config: Any, run_dir: Path) -> None:
-        """Starts the run; returns when it has finished or was stopped."""
+        """Starts the run.
+
+        A local launcher returns when the run has finished or was stopped; a cloud
+        launcher returns once every resource of :meth:`render` is created (the run goes
+        on without this process).
+        """
 
     @abstractmethod
     def status(self, run_dir: Path) -> list[ProcessStatus]:

@@ -1,0 +1,121 @@
+"""The ``gke`` launcher: renders a run's Kubernetes objects and applies, watches, deletes them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlax_core.contracts import Launcher, ProcessStatus, RenderedArtifact
+from rlax_core.errors import RlaxError
+from rlax_core.plugins.registry import BuildContext
+from rlax_launchers.gke.apply import Cluster
+from rlax_launchers.gke.config import GkeLauncherConfig
+from rlax_launchers.gke.manifests import manifest_yaml, render_manifests, run_objects
+from rlax_launchers.gke.transport import transport_service_name
+
+_PHASES = {
+    "Pending": "starting",
+    "Running": "running",
+    "Succeeded": "stopped",
+    "Failed": "failed",
+    "Unknown": "failed",
+}
+
+
+class GkeLauncher(Launcher):
+    """Places a run on a GKE cluster as a JobSet (see :mod:`rlax_launchers.gke.jobset`).
+
+    Args:
+        config: the launcher section of the run config.
+        run_config: the run config, which names the objects for :meth:`status` and
+            :meth:`stop`.
+    """
+
+    creates_cloud_resources = True
+
+    def __init__(self, config: GkeLauncherConfig, run_config: Any = None) -> None:
+        self.config = config
+        self.run_config = run_config
+
+    def render(self, run_config: Any, run_dir: Path) -> list[RenderedArtifact]:
+        """Every object as a YAML manifest, in apply order."""
+        return [
+            RenderedArtifact(
+                kind="manifest",
+                name=f"{m['kind']}/{m['metadata']['name']}",
+                content=manifest_yaml(m),
+            )
+            for m in render_manifests(self.config, run_config).items
+        ]
+
+    def launch(self, run_config: Any, run_dir: Path) -> None:
+        """Creates or replaces every object through the Kubernetes API."""
+        manifests = render_manifests(self.config, run_config)
+        cluster = self._cluster()
+        for manifest in manifests.items:
+            outcome = cluster.apply(manifest)
+            print(f"{manifest['kind']}/{manifest['metadata']['name']} {outcome}", file=sys.stderr)
+        print(
+            f"run {manifests.objects.prefix} applied to {cluster.host} (namespace "
+            f"{self.config.namespace}); `rlax launch CONFIG --status` shows its pods",
+            file=sys.stderr,
+        )
+
+    def status(self, run_dir: Path) -> list[ProcessStatus]:
+        """One entry per pod of the run: its role, phase and container restarts."""
+        objects = run_objects(self.config, self._run_config())
+        statuses = []
+        for pod in self._cluster().pods(self.config.namespace, objects.selector()):
+            labels = pod.metadata.labels or {}
+            role = labels.get("app.kubernetes.io/component", "worker")
+            state = _PHASES.get(pod.status.phase or "Pending", "starting")
+            if pod.metadata.deletion_timestamp is not None:
+                state = "stopped"
+            restarts = sum(c.restart_count for c in pod.status.container_statuses or [])
+            statuses.append(
+                ProcessStatus(
+                    role=role if role in ("trainer", "worker", "transport") else "worker",
+                    name=pod.metadata.name,
+                    state=state,
+                    restarts=restarts,
+                )
+            )
+        return statuses
+
+    def stop(self, run_dir: Path) -> None:
+        """Deletes the JobSet (its pods get SIGTERM: the trainer checkpoints), then the rest.
+
+        PriorityClasses stay: they are cluster-wide and other runs may use them.
+        """
+        objects = run_objects(self.config, self._run_config())
+        transport = transport_service_name(objects.prefix)
+        namespace = self.config.namespace
+        cluster = self._cluster()
+        for kind, name in [
+            ("JobSet", objects.prefix),
+            ("StatefulSet", transport),
+            ("Deployment", transport),
+            ("Service", transport),
+            ("PersistentVolumeClaim", f"{transport}-state"),
+            ("ConfigMap", objects.config_map),
+            ("Secret", f"{objects.prefix}-credentials"),
+        ]:
+            if cluster.delete(kind, name, namespace):
+                print(f"{kind}/{name} deleted", file=sys.stderr)
+
+    def _cluster(self) -> Cluster:
+        return Cluster(self.config.kubeconfig, self.config.kube_context)
+
+    def _run_config(self) -> Any:
+        if self.run_config is None:
+            raise RlaxError(
+                "the gke launcher was built without a run config, so it cannot name the "
+                "run's objects: build it with BuildContext(run_config=...)"
+            )
+        return self.run_config
+
+
+def make_gke_launcher(config: GkeLauncherConfig, context: BuildContext) -> GkeLauncher:
+    """Builds the launcher for the run in ``context.run_config``."""
+    return GkeLauncher(config, context.run_config)

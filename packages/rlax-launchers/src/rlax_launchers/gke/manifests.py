@@ -1,0 +1,147 @@
+"""Every Kubernetes object of a GKE run, in the order they are applied.
+
+PriorityClasses, the Secret with transport credentials (if any), the ConfigMap with the
+run config, the transport server and its Service, then the JobSet.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from rlax_core.errors import ConfigError
+from rlax_launchers.cluster_config import cluster_run_config, run_config_yaml
+from rlax_launchers.gke.config import GkeLauncherConfig, PriorityClassConfig
+from rlax_launchers.gke.jobset import jobset
+from rlax_launchers.gke.pods import CREDENTIALS_KEY, SECRETS_DIR, RunObjects
+from rlax_launchers.gke.transport import transport_objects, transport_service_name
+from rlax_launchers.run_identity import resource_prefix, shared_run_dir
+from rlax_launchers.transport_placement import transport_placement
+
+
+@dataclass(frozen=True)
+class GkeManifests:
+    """The rendered objects of a run.
+
+    Attributes:
+        objects: the names and labels they share.
+        items: the manifests, in apply order.
+    """
+
+    objects: RunObjects
+    items: list[dict[str, Any]]
+
+
+def run_objects(config: GkeLauncherConfig, run_config: Any) -> RunObjects:
+    """The names of the run's objects, without rendering them (for status and stop)."""
+    prefix = resource_prefix(run_config, config.name)
+    return RunObjects(prefix, f"{prefix}-config", None, False)
+
+
+def render_manifests(config: GkeLauncherConfig, run_config: Any) -> GkeManifests:
+    """Renders the run's objects.
+
+    Raises:
+        ConfigError: the run cannot be placed (a name, the run directory, the transport,
+            or workers that do not fill whole slices).
+    """
+    prefix = resource_prefix(run_config, config.name)
+    run_dir = shared_run_dir(run_config, config.run_dir, launcher="gke")
+    placement = transport_placement(run_config, "gke")
+    trainer, workers = config.trainer.shape(), config.workers.shape()
+    if run_config.rollout.workers % workers.hosts:
+        raise ConfigError(
+            f"rollout.workers is {run_config.rollout.workers}, but each worker slice "
+            f"({workers.accelerator_type}) has {workers.hosts} hosts, one worker pod each: make "
+            f"rollout.workers a multiple of {workers.hosts}, or use a smaller worker slice"
+        )
+    cluster = cluster_run_config(
+        run_config,
+        run_dir=run_dir,
+        placement=placement,
+        transport_host=transport_service_name(prefix),
+        secrets_dir=SECRETS_DIR,
+        split_inline_credentials=True,
+    )
+    secret_data: dict[str, bytes] = dict(cluster.credential_files)
+    if cluster.inline_credentials:
+        secret_data[CREDENTIALS_KEY] = run_config_yaml(cluster.inline_credentials).encode()
+    objects = RunObjects(
+        prefix=prefix,
+        config_map=f"{prefix}-config",
+        secret=f"{prefix}-credentials" if secret_data else None,
+        merge_credentials=bool(cluster.inline_credentials),
+    )
+    items: list[dict[str, Any]] = []
+    if config.create_priority_classes:
+        items.append(_priority_class(config.trainer_priority, "the trainer and its transport"))
+        items.append(_priority_class(config.worker_priority, "inference workers", never=True))
+    if objects.secret is not None:
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": _metadata(config, objects, objects.secret, "credentials"),
+                "type": "Opaque",
+                "data": {k: base64.b64encode(v).decode() for k, v in sorted(secret_data.items())},
+            }
+        )
+    items.append(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _metadata(config, objects, objects.config_map, "config"),
+            "data": {"run.yaml": cluster.yaml()},
+        }
+    )
+    items += transport_objects(config, objects, placement)
+    items.append(
+        jobset(
+            config,
+            objects,
+            run_dir=run_dir,
+            trainer=trainer,
+            workers=workers,
+            worker_slices=run_config.rollout.workers // workers.hosts,
+        )
+    )
+    return GkeManifests(objects, items)
+
+
+def manifest_yaml(manifest: dict[str, Any]) -> str:
+    """One object as a YAML document (no anchors: kubectl and humans read it plainly)."""
+    return yaml.dump(manifest, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _priority_class(
+    priority: PriorityClassConfig, what: str, *, never: bool = False
+) -> dict[str, Any]:
+    manifest: dict[str, Any] = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": priority.name,
+            "labels": {"app.kubernetes.io/name": "rlax", "app.kubernetes.io/managed-by": "rlax"},
+        },
+        "value": priority.value,
+        "globalDefault": False,
+        "description": f"RLAX {what}.",
+    }
+    if never:
+        # Workers wait for room rather than evict anyone.
+        manifest["preemptionPolicy"] = "Never"
+    return manifest
+
+
+def _metadata(
+    config: GkeLauncherConfig, objects: RunObjects, name: str, component: str
+) -> dict[str, Any]:
+    return {"name": name, "namespace": config.namespace, "labels": objects.labels(component)}

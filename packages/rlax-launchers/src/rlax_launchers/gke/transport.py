@@ -1,0 +1,118 @@
+"""The transport server on the cluster, and the Service its clients reach it by.
+
+NATS runs as a one-replica StatefulSet whose JetStream store lives on its own volume
+claim; the gRPC parameter server as a one-replica Deployment (``Recreate``: never two
+servers on one state volume) with a PersistentVolumeClaim for its retained versions.
+Either way a restarted server finds its versions and queues again, and clients find it
+at ``NAME-transport:PORT``. Both run ``rlax serve param-server`` from the RLAX image.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlax_launchers.gke.config import GkeLauncherConfig
+from rlax_launchers.gke.pods import CONFIG_PATH, RunObjects, container, pod_spec
+from rlax_launchers.role_commands import transport_server_command
+from rlax_launchers.transport_placement import TransportPlacement
+
+STATE_DIR = "/var/lib/rlax/transport"
+
+
+def transport_service_name(prefix: str) -> str:
+    """The Service (and DNS name) of the run's transport server."""
+    return f"{prefix}-transport"
+
+
+def transport_objects(
+    config: GkeLauncherConfig, objects: RunObjects, placement: TransportPlacement
+) -> list[dict[str, Any]]:
+    """The Service and the server workload (plus its volume claim for gRPC)."""
+    name = transport_service_name(objects.prefix)
+    labels = objects.labels("transport")
+    server = container(
+        config,
+        name="transport",
+        command=transport_server_command(CONFIG_PATH, placement.server_set_args(STATE_DIR)),
+        ports=[{"name": placement.type, "containerPort": placement.port}],
+        resources={
+            "requests": {"cpu": config.transport.cpu, "memory": f"{config.transport.memory_gib}Gi"},
+            "limits": {"memory": f"{config.transport.memory_gib}Gi"},
+        },
+        extra_mounts=[{"name": "state", "mountPath": STATE_DIR}],
+        objects=objects,
+    )
+    server["readinessProbe"] = {"tcpSocket": {"port": placement.port}, "periodSeconds": 5}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": config.namespace, "labels": labels},
+        "spec": {
+            "selector": labels,
+            "ports": [
+                {"name": placement.type, "port": placement.port, "targetPort": placement.port}
+            ],
+        },
+    }
+    volume_claim_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": f"{config.transport.storage_gib}Gi"}},
+    }
+    if config.transport.storage_class:
+        volume_claim_spec["storageClassName"] = config.transport.storage_class
+    if placement.type == "nats":
+        pod = pod_spec(
+            config,
+            objects,
+            containers=[server],
+            priority_class=config.trainer_priority.name,
+            restart_policy="Always",
+            node_selector=config.transport.node_selector or None,
+        )
+        workload = {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": config.namespace, "labels": labels},
+            "spec": {
+                "serviceName": name,
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "persistentVolumeClaimRetentionPolicy": {
+                    "whenDeleted": "Delete",
+                    "whenScaled": "Retain",
+                },
+                "template": {"metadata": {"labels": labels}, "spec": pod},
+                "volumeClaimTemplates": [
+                    {"metadata": {"name": "state"}, "spec": volume_claim_spec}
+                ],
+            },
+        }
+        return [service, workload]
+    claim_name = f"{name}-state"
+    pod = pod_spec(
+        config,
+        objects,
+        containers=[server],
+        priority_class=config.trainer_priority.name,
+        restart_policy="Always",
+        node_selector=config.transport.node_selector or None,
+        extra_volumes=[{"name": "state", "persistentVolumeClaim": {"claimName": claim_name}}],
+    )
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim_name, "namespace": config.namespace, "labels": labels},
+        "spec": volume_claim_spec,
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": config.namespace, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+    return [service, claim, deployment]

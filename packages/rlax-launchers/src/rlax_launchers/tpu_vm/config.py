@@ -1,0 +1,94 @@
+"""Settings of the ``tpu-vm`` launcher (the ``launcher:`` section of a run config)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlax_launchers.tpu_slice import TpuSliceConfig
+
+
+class WorkerSlicesConfig(TpuSliceConfig):
+    """The inference workers' slices: every host runs one worker (``rollout.workers`` in all)."""
+
+    spot: bool = Field(
+        default=True,
+        description="Create worker slices as Spot TPU VMs (cheap, preemptible; a preempted "
+        "worker costs the run nothing but its lease).",
+    )
+
+
+class TpuVmLauncherConfig(BaseModel):
+    """Runs on Cloud TPU VMs: one trainer slice and spot worker slices, created with gcloud."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Field(description="Google Cloud project of the TPU VMs.")
+    zone: str = Field(description="Zone of the TPU VMs, e.g. 'us-east5-a' for v5p.")
+    name: str | None = Field(
+        default=None,
+        description="Prefix of the TPU VM names (null: run.name in lowercase).",
+    )
+    run_dir: str | None = Field(
+        default=None,
+        description="Run directory every host shares, e.g. gs://BUCKET/runs/NAME "
+        "(null: run.run_dir).",
+    )
+    trainer: TpuSliceConfig = Field(
+        description="The trainer's slice; its hosts form one jax.distributed trainer."
+    )
+    workers: WorkerSlicesConfig = Field(
+        description="The workers' slices; rollout.workers must be a multiple of its hosts."
+    )
+    queued_resources: bool = Field(
+        default=False,
+        description="Request slices as queued resources (created when capacity frees up) "
+        "instead of creating TPU VMs directly.",
+    )
+    runtime_version: str | None = Field(
+        default=None,
+        description="TPU VM software version (null: the generation's base image, e.g. "
+        "v2-alpha-tpuv5 for v5p).",
+    )
+    network: str | None = Field(
+        default=None, description="VPC network of the TPU VMs (null: the project's default)."
+    )
+    subnetwork: str | None = Field(
+        default=None, description="Subnetwork of the TPU VMs (null: the network's default)."
+    )
+    service_account: str | None = Field(
+        default=None,
+        description="Service account of the TPU VMs (null: the compute default); it needs "
+        "storage access to run_dir and tpu.nodes.get to find the trainer slice.",
+    )
+    scopes: list[str] = Field(
+        default_factory=lambda: ["cloud-platform"],
+        description="OAuth scopes of the TPU VMs' service account (IAM still decides).",
+    )
+    pip_packages: list[str] | None = Field(
+        default=None,
+        description="pip requirements installed on every host (null: the RLAX packages this "
+        "run uses at the installed versions, and jax[tpu] at the installed JAX version).",
+    )
+    python_version: str = Field(
+        default="3.11",
+        pattern=r"^3\.[0-9]+$",
+        description="Python of the hosts' virtual environment (uv installs it; the TPU VM "
+        "images ship an older one).",
+    )
+    apt_packages: list[str] = Field(
+        default_factory=lambda: ["bubblewrap", "g++"],
+        description="Debian packages installed on every host (the local sandbox runs "
+        "programs under bubblewrap; C++ problems need g++).",
+    )
+    coordinator_port: int = Field(
+        default=8476,
+        ge=1024,
+        le=65535,
+        description="Port of the jax.distributed coordinator on the trainer slice's host 0.",
+    )
+    stop_timeout_s: int = Field(
+        default=300,
+        ge=10,
+        description="Seconds a role has after SIGTERM (a trainer writes its checkpoint) "
+        "before it is killed.",
+    )

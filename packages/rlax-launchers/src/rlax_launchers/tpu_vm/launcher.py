@@ -1,0 +1,160 @@
+"""The ``tpu-vm`` launcher: creates, inspects and deletes a run's Cloud TPU VM slices."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlax_core.contracts import Launcher, ProcessStatus, RenderedArtifact
+from rlax_core.errors import RlaxError
+from rlax_core.plugins.registry import BuildContext, Registry
+from rlax_launchers.tpu_vm.commands import (
+    delete_command,
+    graceful_stop_command,
+    list_nodes_command,
+    list_queued_resources_command,
+)
+from rlax_launchers.tpu_vm.config import TpuVmLauncherConfig
+from rlax_launchers.tpu_vm.gcloud import GcloudError, is_not_found, run_gcloud
+from rlax_launchers.tpu_vm.plan import build_plan, slice_nodes
+
+# TPU node states (Cloud TPU API) and queued-resource states → ProcessStatus.state.
+_NODE_STATES = {
+    "CREATING": "starting",
+    "STARTING": "starting",
+    "RESTARTING": "restarting",
+    "REPAIRING": "restarting",
+    "READY": "running",
+    "STOPPING": "stopped",
+    "STOPPED": "stopped",
+    "DELETING": "stopped",
+    "PREEMPTED": "failed",
+    "TERMINATED": "failed",
+}
+_QUEUED_STATES = {
+    "ACCEPTED": "starting",
+    "WAITING_FOR_RESOURCES": "starting",
+    "PROVISIONING": "starting",
+    "CREATING": "starting",
+    "ACTIVE": "running",
+    "SUSPENDING": "stopped",
+    "SUSPENDED": "stopped",
+    "DELETING": "stopped",
+    "FAILED": "failed",
+}
+
+
+class TpuVmLauncher(Launcher):
+    """Places a run on TPU VM slices with ``gcloud`` (see :mod:`rlax_launchers.tpu_vm.plan`).
+
+    Args:
+        config: the launcher section of the run config.
+        registry: the installed plugins (to pin the packages the hosts install).
+        run_config: the run config, which names the slices for :meth:`status` and
+            :meth:`stop` (``render`` and ``launch`` are given it anyway).
+    """
+
+    creates_cloud_resources = True
+
+    def __init__(
+        self, config: TpuVmLauncherConfig, registry: Registry, run_config: Any = None
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.run_config = run_config
+
+    def render(self, run_config: Any, run_dir: Path) -> list[RenderedArtifact]:
+        """The start-up scripts and the ``gcloud`` commands that create the slices."""
+        return build_plan(self.config, run_config, run_dir, self.registry).artifacts()
+
+    def launch(self, run_config: Any, run_dir: Path) -> None:
+        """Writes the start-up scripts under ``run_dir/launch`` and runs the create commands.
+
+        Raises:
+            GcloudError: ``gcloud`` is missing, or a command failed (the ones before it
+                have created their slices: ``--stop`` deletes them).
+        """
+        plan = build_plan(self.config, run_config, run_dir, self.registry)
+        for path, text in plan.scripts.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        for command in plan.commands:
+            print(f"running: {shlex.join(command)}", file=sys.stderr, flush=True)
+            run_gcloud(command)
+        print(
+            f"created {len(plan.slices)} slices of run {plan.prefix}; each host starts its role "
+            "when it boots (log: /var/log/rlax-*.log on the hosts)",
+            file=sys.stderr,
+        )
+
+    def status(self, run_dir: Path) -> list[ProcessStatus]:
+        """One entry per slice: its TPU VM's state, or its queued resource's while queued."""
+        prefix, trainer, workers = slice_nodes(self.config, self._config_for_status(), run_dir)
+        listing = run_gcloud(list_nodes_command(self.config, prefix), capture_stdout=True)
+        nodes = {e.get("name", "").rsplit("/", 1)[-1]: e for e in _json_list(listing)}
+        queued: dict[str, Any] = {}
+        if self.config.queued_resources:
+            listing = run_gcloud(list_queued_resources_command(self.config), capture_stdout=True)
+            queued = {e.get("name", "").rsplit("/", 1)[-1]: e for e in _json_list(listing)}
+        statuses = []
+        for node in [trainer, *workers]:
+            if node.node in nodes:
+                state = _NODE_STATES.get(nodes[node.node].get("state", ""), "starting")
+            elif node.queued_resource in queued:
+                raw = queued[node.queued_resource].get("state", {})
+                raw = raw.get("state", "") if isinstance(raw, dict) else raw
+                state = _QUEUED_STATES.get(raw, "starting")
+            else:
+                state = "stopped"
+            statuses.append(ProcessStatus(role=node.role, name=node.node, state=state))
+        return statuses
+
+    def stop(self, run_dir: Path) -> None:
+        """Stops the trainer gracefully (it checkpoints), then deletes every slice.
+
+        Slices already gone are skipped; a trainer that cannot be reached (preempted,
+        never created) is deleted all the same.
+        """
+        prefix, trainer, workers = slice_nodes(self.config, self._config_for_status(), run_dir)
+        try:
+            print(f"stopping the trainer of {prefix} (it writes a checkpoint)", file=sys.stderr)
+            run_gcloud(graceful_stop_command(trainer, self.config))
+        except GcloudError as exc:
+            print(f"warning: {exc}; deleting the slices anyway", file=sys.stderr)
+        for node in [*workers, trainer]:
+            command = delete_command(node, self.config)
+            print(f"running: {shlex.join(command)}", file=sys.stderr, flush=True)
+            try:
+                run_gcloud(command)
+            except GcloudError as exc:
+                if not is_not_found(exc):
+                    raise
+                print(f"{node.node} is already gone", file=sys.stderr)
+
+    def _config_for_status(self) -> Any:
+        if self.run_config is None:
+            raise RlaxError(
+                "the tpu-vm launcher was built without a run config, so it cannot name the "
+                "run's slices: build it with BuildContext(run_config=...)"
+            )
+        return self.run_config
+
+
+def _json_list(text: str) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(text or "[]")
+    except json.JSONDecodeError as exc:
+        raise GcloudError(
+            f"gcloud printed something that is not JSON ({exc}): {text[:200]!r}"
+        ) from None
+    if not isinstance(data, list):
+        raise GcloudError(f"gcloud printed JSON that is not a list: {text[:200]!r}")
+    return data
+
+
+def make_tpu_vm_launcher(config: TpuVmLauncherConfig, context: BuildContext) -> TpuVmLauncher:
+    """Builds the launcher for the run in ``context.run_config``."""
+    return TpuVmLauncher(config, context.registry, context.run_config)

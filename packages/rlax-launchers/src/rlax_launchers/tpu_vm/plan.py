@@ -1,0 +1,199 @@
+"""The ``tpu-vm`` launcher's plan: the slices of a run, their scripts and commands.
+
+Layout: one trainer slice (``NAME-trainer``), whose hosts form one ``jax.distributed``
+trainer and whose host 0 also runs the transport server; ``rollout.workers / hosts``
+worker slices (``NAME-worker-I``), one inference worker per host, as Spot VMs unless
+told otherwise. Queued resources are named after their node with a ``-qr`` suffix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlax_core.contracts import RenderedArtifact
+from rlax_core.errors import ConfigError
+from rlax_core.plugins.registry import Registry
+from rlax_launchers.cluster_config import cluster_run_config
+from rlax_launchers.role_commands import (
+    trainer_command,
+    transport_server_command,
+    worker_command,
+)
+from rlax_launchers.run_identity import resource_prefix, shared_run_dir
+from rlax_launchers.run_packages import run_requirements
+from rlax_launchers.tpu_slice import TpuSliceShape
+from rlax_launchers.tpu_vm.commands import SliceNode, create_command
+from rlax_launchers.tpu_vm.config import TpuVmLauncherConfig
+from rlax_launchers.tpu_vm.startup import (
+    CONFIG_PATH,
+    SECRETS_DIR,
+    TRANSPORT_HOST_PLACEHOLDER,
+    TRANSPORT_STATE_DIR,
+    Unit,
+    startup_script,
+    trainer_host_facts,
+    worker_host_facts,
+)
+from rlax_launchers.transport_placement import transport_placement
+
+LAUNCH_SUBDIR = "launch"
+
+
+@dataclass(frozen=True)
+class TpuVmPlan:
+    """Everything ``launch`` creates, in order.
+
+    Attributes:
+        prefix: the resource-name prefix.
+        trainer: the trainer slice.
+        workers: the worker slices.
+        scripts: script file → text.
+        commands: the create commands, trainer first.
+    """
+
+    prefix: str
+    trainer: SliceNode
+    workers: list[SliceNode]
+    scripts: dict[Path, str]
+    commands: list[list[str]]
+
+    @property
+    def slices(self) -> list[SliceNode]:
+        """The trainer slice, then the worker slices."""
+        return [self.trainer, *self.workers]
+
+    def artifacts(self) -> list[RenderedArtifact]:
+        """The scripts, then the commands, as ``rlax launch --dry-run`` prints them."""
+        import shlex
+
+        rendered = [
+            RenderedArtifact(kind="script", name=str(path), content=text)
+            for path, text in self.scripts.items()
+        ]
+        rendered += [
+            RenderedArtifact(kind="command", name=" ".join(c[:5]), content=shlex.join(c))
+            for c in self.commands
+        ]
+        return rendered
+
+
+def slice_nodes(
+    config: TpuVmLauncherConfig, run_config: Any, run_dir: Path
+) -> tuple[str, SliceNode, list[SliceNode]]:
+    """The run's prefix, trainer slice and worker slices (no files, no commands).
+
+    Raises:
+        ConfigError: the name is unusable, or the workers do not fill whole slices.
+    """
+    prefix = resource_prefix(run_config, config.name)
+    scripts = run_dir / LAUNCH_SUBDIR
+    trainer_shape = config.trainer.shape()
+    worker_shape = config.workers.shape()
+    workers = run_config.rollout.workers
+    if workers % worker_shape.hosts:
+        raise ConfigError(
+            f"rollout.workers is {workers}, but each worker slice ({worker_shape.accelerator_type})"
+            f" has {worker_shape.hosts} hosts, one worker each: make rollout.workers a multiple "
+            f"of {worker_shape.hosts}, or use a smaller worker slice"
+        )
+
+    def node(role: str, index: int | None, shape: TpuSliceShape, spot: bool) -> SliceNode:
+        name = f"{prefix}-{role}" if index is None else f"{prefix}-{role}-{index}"
+        return SliceNode(
+            role=role,  # type: ignore[arg-type]
+            index=index,
+            node=name,
+            queued_resource=f"{name}-qr" if config.queued_resources else None,
+            shape=shape,
+            spot=spot,
+            script=scripts / f"{role}-startup.sh",
+        )
+
+    trainer = node("trainer", None, trainer_shape, False)
+    worker_slices = [
+        node("worker", i, worker_shape, config.workers.spot)
+        for i in range(workers // worker_shape.hosts)
+    ]
+    return prefix, trainer, worker_slices
+
+
+def build_plan(
+    config: TpuVmLauncherConfig, run_config: Any, run_dir: Path, registry: Registry
+) -> TpuVmPlan:
+    """The slices, their start-up scripts and the commands that create them.
+
+    Raises:
+        ConfigError: the run cannot be placed (see :func:`slice_nodes`,
+            :func:`~rlax_launchers.transport_placement.transport_placement`,
+            :func:`~rlax_launchers.run_identity.shared_run_dir`).
+    """
+    prefix, trainer, workers = slice_nodes(config, run_config, run_dir)
+    placement = transport_placement(run_config, "tpu-vm")
+    shared_dir = shared_run_dir(run_config, config.run_dir, launcher="tpu-vm")
+    cluster_config = cluster_run_config(
+        run_config,
+        run_dir=shared_dir,
+        placement=placement,
+        transport_host=TRANSPORT_HOST_PLACEHOLDER,
+        secrets_dir=SECRETS_DIR,
+        split_inline_credentials=False,
+    )
+    packages = config.pip_packages or run_requirements(
+        run_config, registry, server_extra=placement.server_extra, jax_extra="tpu"
+    )
+    common = {
+        "cluster_config": cluster_config,
+        "pip_packages": packages,
+        "apt_packages": config.apt_packages,
+        "python_version": config.python_version,
+        "stop_timeout_s": config.stop_timeout_s,
+    }
+    server = transport_server_command(CONFIG_PATH, placement.server_set_args(TRANSPORT_STATE_DIR))
+    trainer_units = [
+        Unit("rlax-transport", f"RLAX {placement.type} transport server", server, "always", True),
+        Unit(
+            "rlax-trainer",
+            f"RLAX trainer of run {prefix}",
+            trainer_command(
+                CONFIG_PATH,
+                shared_dir,
+                num_processes=trainer.shape.hosts,
+                coordinator=f"${{COORDINATOR_IP}}:{config.coordinator_port}",
+                process_id="${PROCESS_ID}",
+            ),
+            "on-failure",
+        ),
+    ]
+    worker_unit = Unit(
+        "rlax-worker",
+        f"RLAX inference worker of run {prefix}",
+        worker_command(CONFIG_PATH, shared_dir, "${WORKER_ID}"),
+        "on-failure",
+    )
+    scripts = {
+        trainer.script: startup_script(
+            title=f"RLAX run {prefix}: trainer slice {trainer.node} "
+            f"({_hosts(trainer.shape.hosts)})",
+            host_facts=trainer_host_facts(),
+            units=trainer_units,
+            **common,
+        ),
+    }
+    if workers:
+        scripts[workers[0].script] = startup_script(
+            title=f"RLAX run {prefix}: worker slices {prefix}-worker-* "
+            f"({_hosts(workers[0].shape.hosts)} each)",
+            host_facts=worker_host_facts(
+                trainer_node=trainer.node, project=config.project, zone=config.zone
+            ),
+            units=[worker_unit],
+            **common,
+        )
+    commands = [create_command(s, config, prefix) for s in [trainer, *workers]]
+    return TpuVmPlan(prefix, trainer, workers, scripts, commands)
+
+
+def _hosts(count: int) -> str:
+    return f"{count} host" if count == 1 else f"{count} hosts"

@@ -1,0 +1,87 @@
+"""Where a networked transport's server runs, and how its clients and server reach it.
+
+A cloud run has separate processes on separate hosts, so it needs a transport with a
+server (``nats`` or ``grpc``). The launcher runs that server with
+``rlax serve param-server --config RUN.yaml --set ...`` (listening on every interface,
+keeping its state in a folder that survives a restart) and points every client at the
+host the server was placed on. Only the settings named here are touched; the launcher
+reads the transport section as plain data and imports no transport plugin.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from rlax_core.errors import ConfigError
+
+_ANY_INTERFACE = "0.0.0.0"
+
+
+@dataclass(frozen=True)
+class TransportPlacement:
+    """How to place the server of one transport.
+
+    Attributes:
+        type: the transport's ``type``.
+        port: the port the server listens on (from the run config's address).
+        scheme: URL scheme of the clients' address (``nats``/``tls``), empty for gRPC.
+        server_extra: the extra of the transport's package that the server host needs
+            (``nats-server`` comes with ``rlax-transport-nats[server]``).
+    """
+
+    type: str
+    port: int
+    scheme: str
+    server_extra: str | None
+
+    def client_settings(self, host: str) -> dict[str, Any]:
+        """The transport settings that make a client connect to ``host``."""
+        if self.type == "nats":
+            return {"servers": [f"{self.scheme}://{host}:{self.port}"]}
+        return {"address": f"{host}:{self.port}"}
+
+    def server_set_args(self, state_dir: str) -> list[str]:
+        """``--set`` arguments of ``rlax serve``: listen everywhere, keep state in ``state_dir``.
+
+        Values are JSON (which YAML reads as written), so an address is never mistaken for
+        a number.
+        """
+        if self.type == "nats":
+            listen = {"servers": [f"{self.scheme}://{_ANY_INTERFACE}:{self.port}"]}
+            state = {"server.store_dir": state_dir}
+        else:
+            listen = {"address": f"{_ANY_INTERFACE}:{self.port}"}
+            state = {"server.state_dir": state_dir}
+        args: list[str] = []
+        for key, value in {**listen, **state}.items():
+            args += ["--set", f"{key}={json.dumps(value)}"]
+        return args
+
+
+def transport_placement(run_config: Any, launcher: str) -> TransportPlacement:
+    """The placement of the run config's transport.
+
+    Raises:
+        ConfigError: the transport has no server (``inproc``) or is one the launchers do
+            not know how to place.
+    """
+    section = run_config.transport
+    kind = getattr(section, "type", None)
+    if kind == "nats":
+        url = urlparse(section.servers[0])
+        return TransportPlacement("nats", url.port or 4222, url.scheme or "nats", "server")
+    if kind == "grpc":
+        port = int(section.address.rsplit(":", 1)[1])
+        return TransportPlacement("grpc", port, "", None)
+    if kind == "inproc" or kind is None:
+        raise ConfigError(
+            f"transport {kind or 'inproc'!r} lives inside one process, but a {launcher} run has "
+            "separate processes on separate hosts: set transport.type to nats or grpc"
+        )
+    raise ConfigError(
+        f"the {launcher} launcher does not know where to run the server of transport "
+        f"{kind!r}; it places nats and grpc"
+    )
