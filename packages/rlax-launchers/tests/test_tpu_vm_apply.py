@@ -1,0 +1,177 @@
+"""The tpu-vm launcher's --apply, --status and --stop, against a gcloud that records its argv.
+
+The fake gcloud (rlax_launchers.testing.fake_gcloud) is a separate executable found on
+PATH, exactly as the real one would be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rlax_core.cli.main import main
+from rlax_core.config import load_run_config
+from rlax_core.plugins import Registry
+from rlax_launchers.testing.fake_gcloud import install_fake_gcloud, recorded_commands
+from rlax_launchers.tpu_vm.plan import build_plan
+
+WHERE = ["--project=my-project", "--zone=us-east5-a"]
+SECTION = {
+    "type": "tpu-vm",
+    "project": "my-project",
+    "zone": "us-east5-a",
+    "trainer": {"accelerator_type": "v5p-16"},
+    "workers": {"accelerator_type": "v5p-8"},
+}
+
+
+@pytest.fixture
+def gcloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Puts the fake gcloud first on PATH; returns its argv log."""
+    bin_dir = tmp_path / "bin"
+    install_fake_gcloud(bin_dir)
+    log = tmp_path / "gcloud.log"
+    answers = tmp_path / "answers"
+    answers.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GCLOUD_LOG", str(log))
+    monkeypatch.setenv("FAKE_GCLOUD_DIR", str(answers))
+    return log
+
+
+def test_apply_runs_the_rendered_commands_in_order_and_writes_the_scripts(
+    gcloud: Path, write_run_config: Callable[..., Path], registry: Registry, tmp_path: Path
+) -> None:
+    path = write_run_config(SECTION)
+    run_dir = tmp_path / "run"
+    assert main(["launch", str(path), "--apply", "--run-dir", str(run_dir)]) == 0
+    run_config = load_run_config(path, registry)
+    plan = build_plan(run_config.launcher, run_config, run_dir, registry)
+    assert recorded_commands(gcloud) == plan.commands
+    for script, text in plan.scripts.items():
+        assert script.read_text() == text
+
+
+def test_a_missing_gcloud_is_a_clear_error(
+    write_run_config: Callable[..., Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    path = write_run_config(SECTION)
+    assert main(["launch", str(path), "--apply", "--run-dir", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert "'gcloud' is not on PATH" in err and "--dry-run" in err
+    assert "Traceback" not in err
+
+
+def test_a_failing_command_stops_the_launch_and_says_why(
+    gcloud: Path,
+    write_run_config: Callable[..., Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.setenv("FAKE_GCLOUD_FAIL_ON", "demo-worker-0")
+    monkeypatch.setenv(
+        "FAKE_GCLOUD_FAIL_MESSAGE", "ERROR: (gcloud.compute.tpus.tpu-vm.create) Quota exceeded"
+    )
+    path = write_run_config(SECTION)
+    assert main(["launch", str(path), "--apply", "--run-dir", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert "`gcloud compute tpus tpu-vm create demo-worker-0 --project=my-project" in err
+    assert (
+        "failed with exit status 1:\nERROR: (gcloud.compute.tpus.tpu-vm.create) Quota exceeded"
+        in err
+    )
+    # The trainer slice was created; the second worker was never tried.
+    assert [c[5] for c in recorded_commands(gcloud)] == ["demo-trainer", "demo-worker-0"]
+
+
+def test_status_reads_the_nodes_and_the_queued_resources(
+    gcloud: Path,
+    write_run_config: Callable[..., Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    answers = tmp_path / "answers"
+    node = "projects/my-project/locations/us-east5-a/nodes/{}"
+    (answers / "tpu-vm-list.json").write_text(
+        json.dumps(
+            [
+                {"name": node.format("demo-trainer"), "state": "READY"},
+                {"name": node.format("demo-worker-0"), "state": "PREEMPTED"},
+            ]
+        )
+    )
+    queued = "projects/my-project/locations/us-east5-a/queuedResources/{}"
+    (answers / "queued-resources-list.json").write_text(
+        json.dumps(
+            [
+                {
+                    "name": queued.format("demo-worker-1-qr"),
+                    "state": {"state": "WAITING_FOR_RESOURCES"},
+                }
+            ]
+        )
+    )
+    path = write_run_config({**SECTION, "queued_resources": True})
+    assert main(["launch", str(path), "--status"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [row[:3] for row in rows] == [
+        ["trainer", "demo-trainer", "running"],
+        ["worker", "demo-worker-0", "failed"],
+        ["worker", "demo-worker-1", "starting"],
+    ]
+    assert recorded_commands(gcloud) == [
+        [
+            *["gcloud", "compute", "tpus", "tpu-vm", "list", *WHERE],
+            *["--filter=labels.rlax-run=demo", "--format=json"],
+        ],
+        ["gcloud", "compute", "tpus", "queued-resources", "list", *WHERE, "--format=json"],
+    ]
+
+
+def test_stop_checkpoints_the_trainer_then_deletes_every_slice(
+    gcloud: Path,
+    write_run_config: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    # One worker slice was preempted and deleted already: that is no error.
+    monkeypatch.setenv("FAKE_GCLOUD_FAIL_ON", "demo-worker-1")
+    monkeypatch.setenv("FAKE_GCLOUD_FAIL_MESSAGE", "ERROR: NOT_FOUND: node demo-worker-1")
+    path = write_run_config(SECTION)
+    assert main(["launch", str(path), "--stop"]) == 0
+    delete = ["gcloud", "compute", "tpus", "tpu-vm", "delete"]
+    assert recorded_commands(gcloud) == [
+        [
+            *["gcloud", "compute", "tpus", "tpu-vm", "ssh", "demo-trainer", *WHERE, "--worker=all"],
+            "--command=sudo systemctl stop rlax-trainer.service; "
+            "sudo systemctl stop rlax-transport.service",
+        ],
+        [*delete, "demo-worker-0", *WHERE, "--quiet"],
+        [*delete, "demo-worker-1", *WHERE, "--quiet"],
+        [*delete, "demo-trainer", *WHERE, "--quiet"],
+    ]
+    assert "demo-worker-1 is already gone" in capsys.readouterr().err
+
+
+def test_stop_deletes_queued_resources_with_force(
+    gcloud: Path, write_run_config: Callable[..., Path]
+) -> None:
+    path = write_run_config({**SECTION, "queued_resources": True})
+    assert main(["launch", str(path), "--stop"]) == 0
+    deletes = recorded_commands(gcloud)[1:]
+    assert deletes[-1] == [
+        "gcloud", "compute", "tpus", "queued-resources", "delete", "demo-trainer-qr",
+        *WHERE, "--force", "--quiet",
+    ]  # fmt: skip
+    assert [c[5] for c in deletes] == ["demo-worker-0-qr", "demo-worker-1-qr", "demo-trainer-qr"]
