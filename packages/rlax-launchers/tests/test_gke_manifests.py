@@ -228,11 +228,11 @@ def test_grpc_credentials_travel_in_a_secret_and_are_merged_by_an_init_container
     assert settings["transport"]["tls_ca_file"] == "/etc/rlax/secrets/transport.tls_ca_file"
     (deployment,) = kinds["Deployment"]
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
-    pod = deployment["spec"]["template"]["spec"]
-    assert pod["containers"][0]["command"][-4:] == [
+    server_pod = deployment["spec"]["template"]["spec"]
+    assert server_pod["containers"][0]["command"][-4:] == [
         "--set", 'address="0.0.0.0:50051"', "--set", 'server.state_dir="/var/lib/rlax/transport"',
     ]  # fmt: skip
-    for pod in [pod] + [
+    for pod in [server_pod] + [
         r["template"]["spec"]["template"]["spec"]
         for r in kinds["JobSet"][0]["spec"]["replicatedJobs"]
     ]:
@@ -322,6 +322,7 @@ def test_configs_that_cannot_run_on_gke_exit_2_with_the_reason(
 
 def test_config_errors_are_config_errors(make_run_config: Callable[..., Any]) -> None:
     run_config = make_run_config(launcher(name="Bad_Name"))
-    with pytest.raises(ConfigError, match="launcher.name gives resource name 'Bad_Name'") as c:
+    with pytest.raises(ConfigError) as caught:
         render_manifests(run_config.launcher, run_config)
-    assert c.value.exit_code == 2
+    assert "launcher.name gives resource name 'Bad_Name'" in str(caught.value)
+    assert caught.value.exit_code == 2
