@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3
+
 from rlax_core.errors import ConfigError, RlaxError
 
 _JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
@@ -53,9 +55,10 @@ class Cluster:
         import kubernetes
 
         self._k8s = kubernetes
+        configuration = kubernetes.client.Configuration()
         try:
-            self.api_client = kubernetes.config.new_client_from_config(
-                config_file=kubeconfig, context=context
+            kubernetes.config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=configuration
             )
         except (kubernetes.config.ConfigException, OSError) as exc:
             if kubeconfig is not None or context is not None:
@@ -63,13 +66,15 @@ class Cluster:
                     f"cannot use kubeconfig {kubeconfig or '(default)'}: {exc}"
                 ) from None
             try:
-                kubernetes.config.load_incluster_config()
+                kubernetes.config.load_incluster_config(client_configuration=configuration)
             except kubernetes.config.ConfigException:
                 raise ConfigError(
                     f"no Kubernetes credentials: {exc}; run `gcloud container clusters "
                     "get-credentials CLUSTER` or set launcher.kubeconfig"
                 ) from None
-            self.api_client = kubernetes.client.ApiClient()
+        # One retry: an unreachable API server should be reported in seconds, not minutes.
+        configuration.retries = 1
+        self.api_client = kubernetes.client.ApiClient(configuration)
         self.host = self.api_client.configuration.host
 
     def apply(self, manifest: dict[str, Any]) -> str:
@@ -134,9 +139,7 @@ class Cluster:
             if "body" in kwargs:
                 args.append(kwargs.pop("body"))
             return getattr(api, f"{verb}_{scope}{spec.resource}")(*args, **kwargs)
-        except self._k8s.client.ApiException:
-            raise
-        except Exception as exc:  # urllib3 connection errors, TLS errors, timeouts
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # refused, TLS, time-outs
             raise KubernetesError(
                 f"cannot reach the Kubernetes API at {self.host}: {type(exc).__name__}: {exc}"
             ) from None

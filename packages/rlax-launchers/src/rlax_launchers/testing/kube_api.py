@@ -64,8 +64,9 @@ class FakeKubernetesApi:
         return self
 
     def stop(self) -> None:
-        """Stops serving and closes the socket."""
-        self._server.shutdown()
+        """Stops serving (if it was) and closes the socket."""
+        if self._thread.is_alive():
+            self._server.shutdown()
         self._server.server_close()
 
     def __enter__(self) -> FakeKubernetesApi:
@@ -125,7 +126,10 @@ class FakeKubernetesApi:
                     return 409, _status(409, "Conflict", "the object has been modified")
                 return 200, self._store(path, body)
             if method == "DELETE":
-                del self.objects[path]
+                deleted = self.objects.pop(path)
+                # Like the API server: a deleted Service comes back, other kinds a Status.
+                if deleted.get("kind") == "Service":
+                    return 200, deleted
                 return 200, _status(200, "", "deleted", status="Success")
         return 405, _status(405, "MethodNotAllowed", method)
 
