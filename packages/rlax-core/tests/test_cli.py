@@ -70,3 +70,32 @@ def test_version() -> None:
         [sys.executable, "-m", "rlax_core.cli", "--version"], capture_output=True, text=True
     )
     assert result.stdout.strip() == "rlax 0.1.0"
+
+
+def test_launch_without_a_launcher_section_points_to_rlax_train(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    assert main(["launch", "examples/quickstart.yaml", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "examples/quickstart.yaml has no launcher section" in err
+    assert "use `rlax train examples/quickstart.yaml`" in err
+
+
+def test_rendered_artifacts_print_as_yaml_or_as_a_shell_script(tmp_path) -> None:
+    from rlax_core.cli.launch_cmd import format_artifacts
+    from rlax_core.contracts import RenderedArtifact
+
+    manifests = [
+        RenderedArtifact(kind="manifest", name="ConfigMap/a", content="kind: ConfigMap\n"),
+        RenderedArtifact(kind="manifest", name="JobSet/a", content="kind: JobSet\n"),
+    ]
+    assert format_artifacts(manifests) == "---\nkind: ConfigMap\n---\nkind: JobSet\n"
+    script = tmp_path / "dir with space" / "start.sh"
+    shell = format_artifacts(
+        [
+            RenderedArtifact(kind="script", name=str(script), content="echo 'hi' $HOME\n"),
+            RenderedArtifact(kind="command", name="cat", content=f"cat '{script}'"),
+        ]
+    )
+    result = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True)
+    assert result.stdout == "echo 'hi' $HOME\n"  # written verbatim, then the command ran

@@ -326,3 +326,11 @@ def test_config_errors_are_config_errors(make_run_config: Callable[..., Any]) ->
         render_manifests(run_config.launcher, run_config)
     assert "launcher.name gives resource name 'Bad_Name'" in str(caught.value)
     assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("example", ["gke-v5p.yaml", "tpu-vm-v5p.yaml"])
+def test_the_cloud_examples_render(example: str, capsys: pytest.CaptureFixture) -> None:
+    path = Path(__file__).resolve().parents[3] / "examples" / example
+    assert main(["launch", str(path), "--dry-run", "--run-dir", "runs/example"]) == 0
+    out = capsys.readouterr().out
+    assert "kind: JobSet" in out if example.startswith("gke") else "gcloud compute tpus" in out
