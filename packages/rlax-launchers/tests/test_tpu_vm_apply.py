@@ -51,7 +51,9 @@ def test_apply_runs_the_rendered_commands_in_order_and_writes_the_scripts(
     assert main(["launch", str(path), "--apply", "--run-dir", str(run_dir)]) == 0
     run_config = load_run_config(path, registry)
     plan = build_plan(run_config.launcher, run_config, run_dir, registry)
-    assert recorded_commands(gcloud) == plan.commands
+    listing, *creates = recorded_commands(gcloud)
+    assert listing[3:5] == ["tpu-vm", "list"]  # what exists already: nothing
+    assert creates == plan.commands
     for script, text in plan.scripts.items():
         assert script.read_text() == text
 
@@ -92,7 +94,29 @@ def test_a_failing_command_stops_the_launch_and_says_why(
         in err
     )
     # The trainer slice was created; the second worker was never tried.
-    assert [c[5] for c in recorded_commands(gcloud)] == ["demo-trainer", "demo-worker-0"]
+    assert [c[5] for c in recorded_commands(gcloud)[1:]] == ["demo-trainer", "demo-worker-0"]
+
+
+def test_apply_again_recreates_only_the_preempted_slices(
+    gcloud: Path, write_run_config: Callable[..., Path], tmp_path: Path
+) -> None:
+    node = "projects/my-project/locations/us-east5-a/nodes/{}"
+    (tmp_path / "answers" / "tpu-vm-list.json").write_text(
+        json.dumps(
+            [
+                {"name": node.format("demo-trainer"), "state": "READY"},
+                {"name": node.format("demo-worker-0"), "state": "PREEMPTED"},
+                {"name": node.format("demo-worker-1"), "state": "READY"},
+            ]
+        )
+    )
+    path = write_run_config(SECTION)
+    assert main(["launch", str(path), "--apply", "--run-dir", str(tmp_path / "run")]) == 0
+    assert [c[3:6] for c in recorded_commands(gcloud)] == [
+        ["tpu-vm", "list", "--project=my-project"],
+        ["tpu-vm", "delete", "demo-worker-0"],
+        ["tpu-vm", "create", "demo-worker-0"],
+    ]
 
 
 def test_status_reads_the_nodes_and_the_queued_resources(

@@ -12,6 +12,7 @@ from rlax_core.contracts import Launcher, ProcessStatus, RenderedArtifact
 from rlax_core.errors import RlaxError
 from rlax_core.plugins.registry import BuildContext, Registry
 from rlax_launchers.tpu_vm.commands import (
+    SliceNode,
     delete_command,
     graceful_stop_command,
     list_nodes_command,
@@ -71,46 +72,66 @@ class TpuVmLauncher(Launcher):
         return build_plan(self.config, run_config, run_dir, self.registry).artifacts()
 
     def launch(self, run_config: Any, run_dir: Path) -> None:
-        """Writes the start-up scripts under ``run_dir/launch`` and runs the create commands.
+        """Writes the start-up scripts under ``run_dir/launch`` and creates the slices.
+
+        Idempotent, so it also repairs a run: a slice that exists is left alone, one that
+        was preempted (or whose queued resource failed) is deleted and created again, a
+        missing one is created.
 
         Raises:
-            GcloudError: ``gcloud`` is missing, or a command failed (the ones before it
-                have created their slices: ``--stop`` deletes them).
+            GcloudError: ``gcloud`` is missing, or a command failed (the slices before it
+                exist: ``--stop`` deletes them).
         """
         plan = build_plan(self.config, run_config, run_dir, self.registry)
         for path, text in plan.scripts.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-        for command in plan.commands:
-            print(f"running: {shlex.join(command)}", file=sys.stderr, flush=True)
-            run_gcloud(command)
+        states = self._slice_states(plan.prefix, plan.slices)
+        created = 0
+        for node, command in zip(plan.slices, plan.commands, strict=True):
+            state = states[node.node]
+            if state not in (None, "failed"):
+                print(f"{node.node} exists ({state}); left as it is", file=sys.stderr)
+                continue
+            if state == "failed":
+                print(f"{node.node} was preempted or failed; recreating it", file=sys.stderr)
+                _run(delete_command(node, self.config))
+            _run(command)
+            created += 1
         print(
-            f"created {len(plan.slices)} slices of run {plan.prefix}; each host starts its role "
-            "when it boots (log: /var/log/rlax-*.log on the hosts)",
+            f"created {created} of the {len(plan.slices)} slices of run {plan.prefix}; each "
+            "host starts its roles when it boots (logs: /var/log/rlax-*.log on the hosts)",
             file=sys.stderr,
         )
 
     def status(self, run_dir: Path) -> list[ProcessStatus]:
         """One entry per slice: its TPU VM's state, or its queued resource's while queued."""
         prefix, trainer, workers = slice_nodes(self.config, self._config_for_status(), run_dir)
+        states = self._slice_states(prefix, [trainer, *workers])
+        return [
+            ProcessStatus(role=node.role, name=node.node, state=states[node.node] or "stopped")
+            for node in [trainer, *workers]
+        ]
+
+    def _slice_states(self, prefix: str, slices: list[SliceNode]) -> dict[str, str | None]:
+        """Node name → its state (as :class:`ProcessStatus` has them), None when absent."""
         listing = run_gcloud(list_nodes_command(self.config, prefix), capture_stdout=True)
         nodes = {e.get("name", "").rsplit("/", 1)[-1]: e for e in _json_list(listing)}
         queued: dict[str, Any] = {}
         if self.config.queued_resources:
             listing = run_gcloud(list_queued_resources_command(self.config), capture_stdout=True)
             queued = {e.get("name", "").rsplit("/", 1)[-1]: e for e in _json_list(listing)}
-        statuses = []
-        for node in [trainer, *workers]:
+        states: dict[str, str | None] = {}
+        for node in slices:
+            state: str | None = None
             if node.node in nodes:
                 state = _NODE_STATES.get(nodes[node.node].get("state", ""), "starting")
             elif node.queued_resource in queued:
                 raw = queued[node.queued_resource].get("state", {})
                 raw = raw.get("state", "") if isinstance(raw, dict) else raw
                 state = _QUEUED_STATES.get(raw, "starting")
-            else:
-                state = "stopped"
-            statuses.append(ProcessStatus(role=node.role, name=node.node, state=state))
-        return statuses
+            states[node.node] = state
+        return states
 
     def stop(self, run_dir: Path) -> None:
         """Stops the trainer gracefully (it checkpoints), then deletes every slice.
@@ -125,10 +146,8 @@ class TpuVmLauncher(Launcher):
         except GcloudError as exc:
             print(f"warning: {exc}; deleting the slices anyway", file=sys.stderr)
         for node in [*workers, trainer]:
-            command = delete_command(node, self.config)
-            print(f"running: {shlex.join(command)}", file=sys.stderr, flush=True)
             try:
-                run_gcloud(command)
+                _run(delete_command(node, self.config))
             except GcloudError as exc:
                 if not is_not_found(exc):
                     raise
@@ -141,6 +160,11 @@ class TpuVmLauncher(Launcher):
                 "run's slices: build it with BuildContext(run_config=...)"
             )
         return self.run_config
+
+
+def _run(command: list[str]) -> None:
+    print(f"running: {shlex.join(command)}", file=sys.stderr, flush=True)
+    run_gcloud(command)
 
 
 def _json_list(text: str) -> list[dict[str, Any]]:

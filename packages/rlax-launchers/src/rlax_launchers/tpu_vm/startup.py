@@ -181,8 +181,10 @@ def _unit_lines(unit: Unit, stop_timeout_s: int) -> list[str]:
         f"ExecStart={systemd_command_line([f'{VENV}/bin/{unit.command[0]}', *unit.command[1:]])}",
         f"Restart={unit.restart}",
         "RestartSec=10",
-        # 143: the role exited on SIGTERM as it should (a stop or a preemption).
+        # 143: the role exited on SIGTERM as it should (a stop or a preemption);
+        # 2: the config is bad, and restarting would not mend it.
         "SuccessExitStatus=143",
+        "RestartPreventExitStatus=2",
         f"TimeoutStopSec={stop_timeout_s}",
         f"StandardOutput=append:/var/log/{unit.name}.log",
         "StandardError=inherit",
