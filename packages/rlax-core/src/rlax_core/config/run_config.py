@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
 
+from rlax_core.config.loop_sections import CheckpointSection, EvalSection, WarmStartSection
 from rlax_core.config.sections import (
     AlgorithmSection,
     ModelSection,
@@ -44,6 +45,15 @@ class RunConfigBase(BaseModel):
         default_factory=AlgorithmSection, description="Advantage estimator and policy loss."
     )
     trainer: TrainerSection = Field(default_factory=TrainerSection, description="Optimiser.")
+    eval: EvalSection = Field(
+        default_factory=EvalSection, description="Evaluation on held-out prompts."
+    )
+    checkpoint: CheckpointSection = Field(
+        default_factory=CheckpointSection, description="When the RL state is saved."
+    )
+    warm_start: WarmStartSection = Field(
+        default_factory=WarmStartSection, description="Supervised stage before RL."
+    )
 
     @model_validator(mode="after")
     def _groups_fit_the_advantage(self) -> RunConfigBase:

@@ -45,6 +45,23 @@ class ModelSection(Section):
         description="Local directory with config.json, *.safetensors and tokenizer.json.",
     )
     dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Parameter dtype.")
+    activation_dtype: Literal["float32", "bfloat16"] | None = Field(
+        default=None,
+        description="Dtype of activations and matmuls (default: the parameter dtype); norms, "
+        "softmax and logits stay fp32.",
+    )
+    remat: bool = Field(
+        default=False, description="Rematerialise layer activations in the backward pass."
+    )
+    overrides: dict[str, int | float | bool] = Field(
+        default_factory=dict,
+        description="Changes to the preset's sizes, e.g. {num_layers: 4, hidden_size: 128}.",
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="Directory with tokenizer.json (default: model.path). Relative paths are "
+        "relative to the run config file.",
+    )
 
     @field_validator("preset")
     @classmethod
@@ -54,6 +71,19 @@ class ModelSection(Section):
         if preset is not None and preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
         return preset
+
+    @field_validator("overrides")
+    @classmethod
+    def _known_sizes(cls, overrides: dict) -> dict:
+        import dataclasses
+
+        from rlax_core.models.qwen.config import QwenConfig
+
+        known = {f.name for f in dataclasses.fields(QwenConfig)} - {"architecture"}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"unknown model sizes {unknown}; known: {', '.join(sorted(known))}")
+        return overrides
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSection:
@@ -85,6 +115,17 @@ class RolloutSection(Section):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1: off).")
     top_k: int = Field(default=0, ge=0, description="Keep the k most likely tokens (0: off).")
     workers: int = Field(default=1, ge=1, description="Inference workers.")
+    groups_per_batch: int = Field(
+        default=4,
+        ge=1,
+        description="Prompt groups a worker leases and samples together (its batch holds "
+        "groups_per_batch × samples_per_prompt completions).",
+    )
+    lease_s: float = Field(
+        default=600.0,
+        gt=0.0,
+        description="Seconds a worker owns a leased prompt group before it is handed out again.",
+    )
 
 
 class StalenessSection(Section):
@@ -137,6 +178,35 @@ class AlgorithmSection(Section):
         ge=1.0,
         description="Truncation of the behaviour importance ratio for stale rollouts.",
     )
+    aggregation: Literal["token", "sequence", "fixed_length"] = Field(
+        default="token",
+        description="How per-token losses are averaged: over all tokens (DAPO), per sequence "
+        "then over sequences (GRPO), or over sequences × max_new_tokens (Dr. GRPO).",
+    )
+    kl_estimator: Literal["k1", "k3"] = Field(
+        default="k3", description="Estimator of the KL to the reference model."
+    )
+    dynamic_sampling: bool = Field(
+        default=False,
+        description="Drop prompt groups whose rewards are all equal and sample others "
+        "instead (DAPO).",
+    )
+    overlong_filter: bool = Field(
+        default=False,
+        description="Leave completions cut off at max_new_tokens out of the loss (DAPO).",
+    )
+
+
+class MeshSection(Section):
+    """How the trainer's devices are arranged (see rlax_core.models.sharding)."""
+
+    data: int = Field(default=1, ge=1, description="Devices on the data axis (batch only).")
+    fsdp: int = Field(
+        default=1, ge=1, description="Devices on the fsdp axis (batch and parameter shards)."
+    )
+    tensor: int = Field(
+        default=1, ge=1, description="Devices on the tensor axis (heads, MLP and vocabulary)."
+    )
 
 
 class TrainerSection(Section):
@@ -150,6 +220,24 @@ class TrainerSection(Section):
     )
     weight_decay: float = Field(default=0.0, ge=0.0, description="AdamW weight decay.")
     max_grad_norm: float = Field(default=1.0, gt=0.0, description="Global gradient-norm clip.")
+    adam_b1: float = Field(default=0.9, ge=0.0, lt=1.0, description="AdamW β1.")
+    adam_b2: float = Field(default=0.999, ge=0.0, lt=1.0, description="AdamW β2.")
+    adam_eps: float = Field(default=1e-8, gt=0.0, description="AdamW ε.")
+    micro_batch_tokens: int = Field(
+        default=16384,
+        ge=1,
+        description="Tokens (sequences × padded length) per micro-batch; gradients of the "
+        "micro-batches of a step are accumulated.",
+    )
+    minibatches_per_step: int = Field(
+        default=1,
+        ge=1,
+        description="Optimizer updates per training step, each on a slice of the step's batch "
+        "(PPO epochs over mini-batches); the policy version advances once per step.",
+    )
+    mesh: MeshSection = Field(
+        default_factory=lambda: MeshSection(), description="Device mesh of the trainer."
+    )
 
     @model_validator(mode="after")
     def _warmup_fits(self) -> TrainerSection:

@@ -96,14 +96,20 @@ class Sampler:
         return padded, self._prompt_buckets[i]
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams, *, seed: int
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        seed: int | Sequence[int],
     ) -> Completions:
         """Samples one completion per prompt.
 
         Args:
             prompts: token ids of each prompt (at least one token each).
             params: sampling settings.
-            seed: the same seed, prompts and weights give the same completions.
+            seed: one seed for the batch, or one per prompt. A completion depends only on
+                its prompt, its seed and the weights — not on the rest of the batch —
+                so an RL run can regenerate any group exactly (pass per-group seeds).
         """
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("generate needs at least one prompt, each with at least one token")
@@ -128,7 +134,7 @@ class Sampler:
             self._state,
             tokens_in,
             valid_in,
-            jax.random.key(seed),
+            jnp.asarray(self._row_seeds(seed, batch, len(prompts))),
             jnp.float32(params.temperature),
             jnp.int32(params.top_k),
             jnp.float32(params.top_p),
@@ -144,12 +150,24 @@ class Sampler:
             finish_reasons=["stop" if stopped[i] else "length" for i in range(n)],
         )
 
+    @staticmethod
+    def _row_seeds(seed: int | Sequence[int], batch: int, n: int) -> np.ndarray:
+        if isinstance(seed, int):
+            rows = np.random.SeedSequence(seed).generate_state(n)
+        else:
+            if len(seed) != n:
+                raise ValueError(f"got {len(seed)} seeds for {n} prompts")
+            rows = np.asarray(seed, np.uint64) & 0xFFFFFFFF
+        out = np.zeros(batch, np.uint32)
+        out[:n] = rows
+        return out
+
     def _generate_impl(
         self,
         state: nnx.State,
         tokens: jax.Array,
         valid: jax.Array,
-        key: jax.Array,
+        seeds: jax.Array,
         temperature: jax.Array,
         top_k: jax.Array,
         top_p: jax.Array,
@@ -175,7 +193,7 @@ class Sampler:
             cache_valid=cache_valid,
             last_logits_only=True,
         )
-        rows = jnp.arange(batch)
+        row_keys = jax.vmap(jax.random.key)(seeds)
         next_position = valid.sum(axis=1)  # position of the first generated token
 
         def sample_and_advance(c: tuple) -> tuple:
@@ -183,9 +201,8 @@ class Sampler:
             # step) one decode step for the next logits. Sampling lives in one place of
             # the loop body, so it is compiled once.
             step, logits, cache, cache_valid, out_tokens, out_b, out_p, lengths, done = c
-            step_key = jax.random.fold_in(key, step)
-            keys = jax.vmap(lambda r: jax.random.fold_in(step_key, r))(rows)
             # Per-row keys: a row's sample does not depend on the rest of the batch.
+            keys = jax.vmap(lambda k: jax.random.fold_in(k, step))(row_keys)
             token, b_lp, p_lp = choose(logits, keys, temperature, top_k, top_p)
             token = jnp.where(done, self._pad, token)
             out_tokens = out_tokens.at[:, step].set(token)

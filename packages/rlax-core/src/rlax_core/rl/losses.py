@@ -47,19 +47,42 @@ class LossConfig:
     max_new_tokens: int = 1
 
 
-def aggregate(values: Array, mask: Array, mode: str, max_new_tokens: int = 1) -> Array:
-    """Reduces per-token values to a scalar (see the module docstring)."""
+def normalizers(mask: Array, max_new_tokens: int) -> dict[str, Array]:
+    """The denominators of the three aggregations for a (whole) batch's mask.
+
+    A batch split into micro-batches passes the whole batch's normalizers to each, so the
+    micro-batch losses (and their gradients) sum to exactly the whole batch's.
+    """
+    mask = jnp.asarray(mask)
+    return {
+        "token": jnp.maximum(mask.sum(), 1).astype(jnp.float32),
+        "sequence": jnp.maximum(mask.any(axis=1).sum(), 1).astype(jnp.float32),
+        "fixed_length": jnp.float32(mask.shape[0] * max_new_tokens),
+    }
+
+
+def aggregate(
+    values: Array,
+    mask: Array,
+    mode: str,
+    max_new_tokens: int = 1,
+    normalizer: Array | None = None,
+) -> Array:
+    """Reduces per-token values to a scalar (see the module docstring).
+
+    Args:
+        normalizer: the denominator to use instead of this batch's own (see
+            :func:`normalizers`).
+    """
+    if mode not in ("token", "sequence", "fixed_length"):
+        raise ValueError(f"unknown aggregation {mode!r}; use token, sequence or fixed_length")
+    if normalizer is None:
+        normalizer = normalizers(mask, max_new_tokens)[mode]
     mask = mask.astype(values.dtype)
-    total = (values * mask).sum()
-    if mode == "token":
-        return total / jnp.maximum(mask.sum(), 1.0)
     if mode == "sequence":
         lengths = mask.sum(axis=1)
-        per_sequence = (values * mask).sum(axis=1) / jnp.maximum(lengths, 1.0)
-        return (per_sequence * (lengths > 0)).sum() / jnp.maximum((lengths > 0).sum(), 1.0)
-    if mode == "fixed_length":
-        return total / (values.shape[0] * max_new_tokens)
-    raise ValueError(f"unknown aggregation {mode!r}; use token, sequence or fixed_length")
+        return ((values * mask).sum(axis=1) / jnp.maximum(lengths, 1.0)).sum() / normalizer
+    return (values * mask).sum() / normalizer
 
 
 def importance_weights(prox: Array, behav: Array, cap: float) -> Array:
@@ -145,6 +168,7 @@ def policy_objective(
     *,
     ref: Array | None = None,
     entropy: Array | None = None,
+    batch_normalizers: dict[str, Array] | None = None,
 ) -> tuple[Array, dict[str, Array]]:
     """The scalar loss to minimise and its parts.
 
@@ -155,29 +179,39 @@ def policy_objective(
         cfg: the objective's settings.
         ref: reference-model log-probabilities, for the KL penalty.
         entropy: per-token entropy of π_θ, for the entropy bonus.
+        batch_normalizers: the whole batch's :func:`normalizers`, when this is one of its
+            micro-batches; every value returned (loss and metrics, except maxima) then
+            sums over the micro-batches to the whole batch's value.
     """
     # Masked positions may hold padding garbage: zero them so nothing leaks.
     zero = jnp.zeros_like(logp)
     logp, prox, behav = (jnp.where(mask, x, zero) for x in (logp, prox, behav))
     per_token, clipped, weights = POLICY_LOSSES[cfg.loss](logp, prox, behav, advantages, mask, cfg)
-    agg = lambda v: aggregate(v, mask, cfg.aggregation, cfg.max_new_tokens)  # noqa: E731
+    norm = batch_normalizers or normalizers(mask, cfg.max_new_tokens)
+
+    def agg(values: Array) -> Array:
+        return aggregate(values, mask, cfg.aggregation, cfg.max_new_tokens, norm[cfg.aggregation])
+
+    def token_mean(values: Array) -> Array:
+        return aggregate(values, mask, "token", normalizer=norm["token"])
+
     policy_loss = agg(per_token)
     total = policy_loss
     metrics = {
         "loss/policy": policy_loss,
-        "clip/fraction": aggregate(clipped.astype(jnp.float32), mask, "token"),
-        "is_weight/mean": aggregate(weights, mask, "token"),
+        "clip/fraction": token_mean(clipped.astype(jnp.float32)),
+        "is_weight/mean": token_mean(weights),
         "is_weight/max": jnp.where(mask, weights, 0.0).max(),
-        "is_weight/truncated_fraction": aggregate(
-            (weights >= cfg.importance_ratio_cap).astype(jnp.float32), mask, "token"
+        "is_weight/truncated_fraction": token_mean(
+            (weights >= cfg.importance_ratio_cap).astype(jnp.float32)
         ),
     }
     if ref is not None:
         kl = kl_estimate(logp, jnp.where(mask, ref, zero), cfg.kl_estimator)
-        metrics["kl/mean"] = aggregate(kl, mask, "token")
+        metrics["kl/mean"] = token_mean(kl)
         total = total + cfg.kl_coef * agg(kl)
     if entropy is not None:
-        metrics["entropy/mean"] = aggregate(entropy, mask, "token")
+        metrics["entropy/mean"] = token_mean(entropy)
         total = total - cfg.entropy_coef * agg(entropy)
     metrics["loss/total"] = total
     return total, metrics

@@ -40,7 +40,10 @@ class Rollout(Record):
         default=None, description="Per token, log-probability under the untruncated policy."
     )
     finish_reason: Literal["stop", "length"] = Field(description="Why sampling ended.")
-    reward: float = Field(description="Scalar reward from the judge.")
+    reward: float | None = Field(
+        description="Scalar reward from the judge; None when it could not decide (a sandbox "
+        "error): such a sample is never trained on."
+    )
     verdict: Verdict | None = Field(default=None, description="The judge's full verdict.")
 
     @model_validator(mode="after")
