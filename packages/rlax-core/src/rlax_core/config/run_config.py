@@ -13,6 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from rlax_core.config.sections import (
     AlgorithmSection,
+    DataSection,
     ModelSection,
     RolloutSection,
     RunSection,
@@ -44,6 +45,11 @@ class RunConfigBase(BaseModel):
         default_factory=AlgorithmSection, description="Advantage estimator and policy loss."
     )
     trainer: TrainerSection = Field(default_factory=TrainerSection, description="Optimiser.")
+    data: DataSection | None = Field(
+        default=None,
+        description="Prompt datasets: the training mixture and the held-out set "
+        "(required by `rlax train`).",
+    )
 
     @model_validator(mode="after")
     def _groups_fit_the_advantage(self) -> RunConfigBase:
