@@ -26,7 +26,8 @@ class PromptExample:
         example_id: stable across runs: ``<dataset name>/<id field value or row index>``.
         prompt: the rendered prompt text (the loop applies the tokenizer's chat template).
         problem: what the judge needs, in its native format, e.g.
-            ``{"kind": "math", "answer": "42"}`` or a code problem with tests.
+            ``{"kind": "math", "answer": "42"}`` or a code problem with tests. The dataset
+            hands out the same dict on every access: treat it as read-only.
     """
 
     example_id: str
