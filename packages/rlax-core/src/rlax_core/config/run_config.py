@@ -14,6 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from rlax_core.config.loop_sections import CheckpointSection, EvalSection, WarmStartSection
 from rlax_core.config.sections import (
     AlgorithmSection,
+    DataSection,
     ModelSection,
     RolloutSection,
     RunSection,
@@ -45,6 +46,11 @@ class RunConfigBase(BaseModel):
         default_factory=AlgorithmSection, description="Advantage estimator and policy loss."
     )
     trainer: TrainerSection = Field(default_factory=TrainerSection, description="Optimiser.")
+    data: DataSection | None = Field(
+        default=None,
+        description="Prompt datasets: the training mixture and the held-out set "
+        "(required by `rlax train`).",
+    )
     eval: EvalSection = Field(
         default_factory=EvalSection, description="Evaluation on held-out prompts."
     )
