@@ -51,7 +51,7 @@ def test_masked_samples_get_zero_and_do_not_count() -> None:
 def test_every_estimator_is_registered_and_in_the_config() -> None:
     from typing import get_args
 
-    from rlax_core.config.sections import AlgorithmSection
+    from rlax_core.config.training_sections import AlgorithmSection
 
     allowed = set(get_args(AlgorithmSection.model_fields["advantage"].annotation))
     assert allowed == set(ADVANTAGES)

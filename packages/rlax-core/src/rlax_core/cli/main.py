@@ -7,12 +7,11 @@ import sys
 from collections.abc import Sequence
 
 from rlax_core import __version__
-from rlax_core.cli import bench_cmd, config_cmd, plugins_cmd, serve_cmd, verify_cmd
+from rlax_core.cli import bench_cmd, config_cmd, plugins_cmd, serve_cmd, train_cmd, verify_cmd
 from rlax_core.errors import NotBuiltError, RlaxError
 
 # Subcommands whose implementation lands with a later part of RLAX.
 _NOT_BUILT = {
-    "train": "run RL on a run config (arrives with the RL loop)",
     "launch": "start a run as processes or render its manifests (arrives with the launchers)",
 }
 
@@ -34,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmd.add_parser(commands)
     verify_cmd.add_parser(commands)
     serve_cmd.add_parser(commands)
+    train_cmd.add_parser(commands)
     return parser
 
 

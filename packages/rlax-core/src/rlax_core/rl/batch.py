@@ -89,7 +89,9 @@ def build_batch(
                 rewards[i, j] = rollout.reward
     has_reward = ~np.isnan(rewards)
     advantages = ADVANTAGES[advantage](np.nan_to_num(rewards), has_reward)
-    length = padded_length(max(len(g.prompt_tokens) + len(r.completion_tokens) for g, r in rollouts))
+    length = padded_length(
+        max(len(g.prompt_tokens) + len(r.completion_tokens) for g, r in rollouts)
+    )
     n = len(rollouts)
     tokens = np.zeros((n, length), np.int32)
     valid = np.zeros((n, length), bool)
@@ -107,7 +109,9 @@ def build_batch(
             tokens[row, :p] = group.prompt_tokens
             tokens[row, p : p + c] = rollout.completion_tokens
             valid[row, : p + c] = True
-            counts = has_reward[i, j] and not (overlong_filter and rollout.finish_reason == "length")
+            counts = has_reward[i, j] and not (
+                overlong_filter and rollout.finish_reason == "length"
+            )
             loss_mask[row, p - 1 : p - 1 + c] = counts
             behaviour[row, p - 1 : p - 1 + c] = rollout.behaviour_logprobs
             if rollout.policy_logprobs is not None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from rlax_core.config.sections import AlgorithmSection, RolloutSection, StalenessSection
+from rlax_core.config.sections import RolloutSection, StalenessSection
+from rlax_core.config.training_sections import AlgorithmSection
 from rlax_core.contracts.queue import Queue
 from rlax_core.errors import LeaseExpiredError, RlaxError
 from rlax_core.rl.batch import has_signal
@@ -119,7 +120,11 @@ class Controller:
         return issued
 
     def next_batch(
-        self, version: int, *, timeout_s: float | None = None, should_stop=None  # noqa: ANN001
+        self,
+        version: int,
+        *,
+        timeout_s: float | None = None,
+        should_stop=None,  # noqa: ANN001
     ) -> list[RolloutGroup] | None:
         """Waits for ``prompts_per_step`` trainable groups and returns them in issue order.
 
@@ -171,7 +176,9 @@ class Controller:
         self.waiting[gid] = _Waiting(group, lease, prompt)
 
     def _drop_stale(self, version: int) -> None:
-        for gid in [g for g, w in self.waiting.items() if version - w.group.policy_version > self._k]:
+        for gid in [
+            g for g, w in self.waiting.items() if version - w.group.policy_version > self._k
+        ]:
             self.accounting.dropped_stale += 1
             self._ack(self.waiting.pop(gid).lease)
 

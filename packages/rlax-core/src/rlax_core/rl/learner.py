@@ -21,7 +21,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh
 
-from rlax_core.config.sections import AlgorithmSection, TrainerSection
+from rlax_core.config.training_sections import AlgorithmSection, TrainerSection
 from rlax_core.models.logprobs import policy_log_softmax
 from rlax_core.models.params import flat_params
 from rlax_core.models.qwen import Qwen

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import optax
 
-from rlax_core.config.sections import TrainerSection
+from rlax_core.config.training_sections import TrainerSection
 
 
-def learning_rate_schedule(trainer: TrainerSection, total_steps: int | None = None) -> optax.Schedule:
+def learning_rate_schedule(
+    trainer: TrainerSection, total_steps: int | None = None
+) -> optax.Schedule:
     """Linear warm-up from 0 to ``learning_rate`` over ``warmup_steps``, then constant or
     cosine decay to 0 at ``total_steps`` (optimizer updates, not RL steps)."""
     total = total_steps if total_steps is not None else trainer.total_steps
@@ -25,7 +27,9 @@ def learning_rate_schedule(trainer: TrainerSection, total_steps: int | None = No
     )  # fmt: skip
 
 
-def make_optimizer(trainer: TrainerSection, total_updates: int | None = None) -> optax.GradientTransformation:
+def make_optimizer(
+    trainer: TrainerSection, total_updates: int | None = None
+) -> optax.GradientTransformation:
     """Global-norm clipping, then AdamW with the schedule."""
     return optax.chain(
         optax.clip_by_global_norm(trainer.max_grad_norm),

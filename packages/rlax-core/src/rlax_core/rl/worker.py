@@ -89,7 +89,9 @@ class InferenceWorker:
         self.samples_done = 0
         self.busy_s = 0.0
 
-    def run(self, stop: threading.Event, on_error: Callable[[BaseException], None] | None = None) -> None:
+    def run(
+        self, stop: threading.Event, on_error: Callable[[BaseException], None] | None = None
+    ) -> None:
         """Works until ``stop`` is set or the transport closes."""
         try:
             while not stop.is_set():
