@@ -31,12 +31,16 @@ class Plot:
         title: the figure's title.
         selects: whether a metric name belongs on this plot.
         one_axes: all metrics on one axes (they share a scale); otherwise one axes each.
+        fraction: the metrics are fractions: the y axis spans 0 to 1 when they fit.
+        order: metrics drawn first, in this order; the rest follow by name.
     """
 
     name: str
     title: str
     selects: Callable[[str], bool]
     one_axes: bool
+    fraction: bool = False
+    order: tuple[str, ...] = ()
 
 
 def _prefix(prefix: str) -> Callable[[str], bool]:
@@ -47,10 +51,10 @@ _STALENESS = ("staleness/max", "staleness/mean", "staleness/dropped")
 
 PLOTS = (
     Plot("reward", "Reward", lambda key: key == "reward/mean", one_axes=True),
-    Plot("pass_at_k", "Held-out pass@k", _prefix("eval/pass@"), one_axes=True),
+    Plot("pass_at_k", "Held-out pass@k", _prefix("eval/pass@"), one_axes=True, fraction=True),
     Plot("loss", "Loss", _prefix("loss/"), one_axes=False),
     Plot("kl", "KL", _prefix("kl/"), one_axes=False),
-    Plot("staleness", "Staleness (policy versions)", _STALENESS.__contains__, one_axes=False),
+    Plot("staleness", "Staleness", _STALENESS.__contains__, one_axes=False, order=_STALENESS),
     Plot("throughput", "Throughput", _prefix("throughput/"), one_axes=False),
 )
 
@@ -83,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     written = 0
     for plot in PLOTS:
-        series = _series(rows, plot.selects)
+        series = _series(rows, plot)
         if not series:
             print(f"skipped {plot.name}.png: the run recorded none of its metrics")
             continue
@@ -109,30 +113,27 @@ def _figure_class() -> type[Figure]:
     return Figure
 
 
-def _series(
-    rows: list[dict], selects: Callable[[str], bool]
-) -> dict[str, tuple[list[int], list[float]]]:
-    """Metric name → (steps, values) for the selected metrics with at least one number."""
+def _series(rows: list[dict], plot: Plot) -> dict[str, tuple[list[int], list[float]]]:
+    """Metric name → (steps, values) for the plot's metrics with at least one number."""
     series: dict[str, tuple[list[int], list[float]]] = {}
     for row in rows:
         for key, value in row.items():
-            if key in ("step", "time") or not selects(key):
+            if key in ("step", "time") or not plot.selects(key):
                 continue
             if value is not None and not isinstance(value, int | float):
                 continue  # metrics.jsonl holds numbers; anything else is not ours to draw
             steps, values = series.setdefault(key, ([], []))
             steps.append(row["step"])
             values.append(math.nan if value is None else float(value))  # null: a gap
-    return {
-        key: xy for key, xy in sorted(series.items(), key=lambda kv: _natural(kv[0]))
-        if any(math.isfinite(v) for v in xy[1])
-    }  # fmt: skip
+    drawn = [key for key in series if any(math.isfinite(v) for v in series[key][1])]
+    return {key: series[key] for key in sorted(drawn, key=lambda key: _rank(plot, key))}
 
 
-def _natural(key: str) -> tuple[str, int]:
-    """Sorts eval/pass@2 before eval/pass@16."""
+def _rank(plot: Plot, key: str) -> tuple[int, str, int]:
+    """The plot's order first, then by name, with eval/pass@2 before eval/pass@16."""
+    first = plot.order.index(key) if key in plot.order else len(plot.order)
     head, _, tail = key.rpartition("@")
-    return (head, int(tail)) if head and tail.isdigit() else (key, 0)
+    return (first, head, int(tail)) if head and tail.isdigit() else (first, key, 0)
 
 
 def _draw(figure: Figure, plot: Plot, series: dict[str, tuple[list[int], list[float]]]) -> Figure:
@@ -145,6 +146,8 @@ def _draw(figure: Figure, plot: Plot, series: dict[str, tuple[list[int], list[fl
         marker = "o" if len(steps) <= 50 else None
         ax.plot(steps, values, marker=marker, markersize=3, label=key)
         ax.grid(alpha=0.3)
+        if plot.fraction and all(0 <= v <= 1 for v in values if math.isfinite(v)):
+            ax.set_ylim(-0.02, 1.02)
         if plot.one_axes:
             ax.legend(loc="best")
         else:
