@@ -7,7 +7,15 @@ import sys
 from collections.abc import Sequence
 
 from rlax_core import __version__
-from rlax_core.cli import bench_cmd, config_cmd, plugins_cmd, serve_cmd, train_cmd, verify_cmd
+from rlax_core.cli import (
+    bench_cmd,
+    config_cmd,
+    plot_cmd,
+    plugins_cmd,
+    serve_cmd,
+    train_cmd,
+    verify_cmd,
+)
 from rlax_core.errors import NotBuiltError, RlaxError
 
 # Subcommands whose implementation lands with a later part of RLAX.
@@ -34,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.add_parser(commands)
     serve_cmd.add_parser(commands)
     train_cmd.add_parser(commands)
+    plot_cmd.add_parser(commands)
     return parser
 
 
