@@ -20,6 +20,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlax_core.generate.sampling import SamplingParams, choose
+from rlax_core.models.logprobs import teacher_forced_logprobs
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.sharding import BATCH, batch_divisor, batch_sharding
 
@@ -69,6 +70,7 @@ class Sampler:
         self._pad = pad_token_id
         self._traces = 0
         self._generate = jax.jit(self._generate_impl, static_argnames=("max_new_tokens",))
+        self._score = jax.jit(self._score_impl)
 
     @property
     def compilations(self) -> int:
@@ -149,6 +151,41 @@ class Sampler:
             policy_logprobs=[policy[i, : lengths[i]].tolist() for i in range(n)],
             finish_reasons=["stop" if stopped[i] else "length" for i in range(n)],
         )
+
+    def score(
+        self,
+        prompts: Sequence[Sequence[int]],
+        completions: Sequence[Sequence[int]],
+        temperature: float,
+    ) -> list[list[float]]:
+        """Teacher-forced log-probabilities of each completion token under the weights.
+
+        The training graph's view of the sampled tokens (the whole sequence in one
+        forward pass, as the trainer computes it), for checking the sampler's own
+        log-probabilities: the two must agree within 1e-5 in fp32.
+        """
+        lengths = [len(p) + len(c) for p, c in zip(prompts, completions, strict=True)]
+        batch, width = self.bucket_shape(len(prompts), max(lengths))
+        tokens = np.zeros((batch, width), np.int32)
+        valid = np.zeros((batch, width), bool)
+        for row, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+            tokens[row, : lengths[row]] = [*prompt, *completion]
+            valid[row, : lengths[row]] = True
+        tokens_in, valid_in = jnp.asarray(tokens), jnp.asarray(valid)
+        if self._mesh is not None:
+            tokens_in = jax.device_put(tokens_in, batch_sharding(self._mesh))
+            valid_in = jax.device_put(valid_in, batch_sharding(self._mesh))
+        scores = np.asarray(self._score(self._state, tokens_in, valid_in, jnp.float32(temperature)))
+        return [
+            scores[row, len(p) - 1 : len(p) - 1 + len(c)].tolist()
+            for row, (p, c) in enumerate(zip(prompts, completions, strict=True))
+        ]
+
+    def _score_impl(
+        self, state: nnx.State, tokens: jax.Array, valid: jax.Array, temperature: jax.Array
+    ) -> jax.Array:
+        model = nnx.merge(self._graphdef, state)
+        return teacher_forced_logprobs(model, tokens, valid, temperature)
 
     @staticmethod
     def _row_seeds(seed: int | Sequence[int], batch: int, n: int) -> np.ndarray:

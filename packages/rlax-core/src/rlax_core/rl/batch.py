@@ -145,4 +145,7 @@ def build_batch(
         "batch/loss_tokens": float(loss_mask.sum()),
         "batch/padded_length": float(length),
     }
+    worker_gaps = [g.logprob_gap for g in groups if g.logprob_gap is not None]
+    if worker_gaps:  # checked by the workers on every batch they sample
+        metrics["logprob_gap/max"] = float(max(worker_gaps))
     return batch, metrics

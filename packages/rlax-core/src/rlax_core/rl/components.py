@@ -32,15 +32,20 @@ def resolve(path: str, base_dir: Path) -> Path:
     return candidate if candidate.is_absolute() else base_dir / candidate
 
 
-def load_tokenizer(config: Any, base_dir: Path) -> Tokenizer:
-    """The tokenizer named by ``model.tokenizer`` (or the checkpoint's own)."""
+def tokenizer_dir(config: Any, base_dir: Path) -> Path:
+    """The directory of ``model.tokenizer`` (or the checkpoint's own tokenizer)."""
     source = config.model.tokenizer or config.model.path
     if source is None:
         raise ConfigError(
             "model.tokenizer is not set: a preset model needs a tokenizer directory "
             "(tokenizer.json); set model.tokenizer"
         )
-    return Tokenizer.from_dir(resolve(source, base_dir))
+    return resolve(source, base_dir)
+
+
+def load_tokenizer(config: Any, base_dir: Path) -> Tokenizer:
+    """The tokenizer of the run (see :func:`tokenizer_dir`)."""
+    return Tokenizer.from_dir(tokenizer_dir(config, base_dir))
 
 
 def stop_token_ids(tokenizer: Tokenizer) -> tuple[int, ...]:

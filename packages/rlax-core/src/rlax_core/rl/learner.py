@@ -32,7 +32,7 @@ from rlax_core.rl.optimizer import learning_rate_schedule, make_optimizer
 
 # Metrics combined by maximum across micro- and mini-batches; all others are sums of
 # batch-normalised parts (micro-batches) and then means (mini-batches).
-_MAX_METRICS = ("is_weight/max", "logprob_gap/max", "logprob_gap/max_any_version")
+_MAX_METRICS = ("is_weight/max", "logprob_gap/trainer_max", "logprob_gap/stale_max")
 
 
 class Learner:
@@ -235,14 +235,16 @@ class Learner:
                 entropy=entropy,
                 batch_normalizers=norms,
             )
-            # The train/inference gap: rollouts sampled with the current weights must
-            # agree with the trainer's log-probabilities (within 1e-5 in fp32).
+            # The train/inference gap on the trainer's side: rollouts sampled with the
+            # current weights must agree with the trainer's log-probabilities (within
+            # 1e-5 in fp32). Older rollouts measure how far the policy moved instead.
             sampled = arrays["sampler"]
             usable = arrays["loss_mask"] & jnp.isfinite(sampled)
-            gap = jnp.where(usable, jnp.abs(jax.lax.stop_gradient(logp) - sampled), 0.0)
-            on_policy = usable & (arrays["versions"][:, None] == version)
-            metrics["logprob_gap/max"] = jnp.where(on_policy, gap, 0.0).max()
-            metrics["logprob_gap/max_any_version"] = gap.max()
+            gap = jnp.where(usable, jnp.abs(jax.lax.stop_gradient(logp) - sampled), -1.0)
+            on_policy = arrays["versions"][:, None] == version
+            # −1 marks "no such token in this micro-batch" (made NaN when combined).
+            metrics["logprob_gap/trainer_max"] = jnp.where(on_policy, gap, -1.0).max()
+            metrics["logprob_gap/stale_max"] = jnp.where(on_policy, -1.0, gap).max()
             return loss, metrics
 
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
@@ -252,7 +254,7 @@ class Learner:
         self, params: nnx.State, opt_state: optax.OptState, grads: nnx.State
     ) -> tuple[nnx.State, optax.OptState, jax.Array]:
         updates, opt_state = self.tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, optax.global_norm(grads)
+        return optax.apply_updates(params, updates), opt_state, optax.tree.norm(grads)
 
 
 def _combine(parts: list[dict], *, mean: bool) -> dict[str, float]:
@@ -263,6 +265,8 @@ def _combine(parts: list[dict], *, mean: bool) -> dict[str, float]:
         values = [float(part[key]) for part in parts if key in part]
         if key in _MAX_METRICS:
             combined[key] = max(values)
+            if combined[key] < 0:
+                combined[key] = float("nan")
         else:
             combined[key] = sum(values) / (len(values) if mean else 1)
     return combined

@@ -7,7 +7,7 @@ policy version, evaluate when due, checkpoint when due, log the step.
 
 from __future__ import annotations
 
-import math
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -16,7 +16,9 @@ from typing import Any
 import jax
 
 from rlax_core.contracts.transport import Transport
+from rlax_core.models.checkpoint import save_pretrained
 from rlax_core.models.params import flat_params, replace_params
+from rlax_core.models.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
 from rlax_core.models.qwen import Qwen
 from rlax_core.plugins.registry import Registry
 from rlax_core.rl import components
@@ -65,6 +67,7 @@ class TrainerRun:
         resumed_from = self.checkpoints.latest_step() if resume else None
         prepare(run_dir, config, resume=resume, has_checkpoint=self.checkpoints.latest_step() is not None)
         self.tokenizer = components.load_tokenizer(config, config_dir)
+        self.tokenizer_dir = components.tokenizer_dir(config, config_dir)
         self.stop_token_ids = components.stop_token_ids(self.tokenizer)
         self.mesh = components.mesh_of(config)
         model = components.build_model(config, config_dir, mesh=self.mesh)
@@ -135,8 +138,10 @@ class TrainerRun:
                 if not self._train_one(stop):
                     break
         finished = self.step >= total
-        if self.step > 0 and (finished or stop.is_set()):
-            self._checkpoint()
+        if self.step > 0 and self.checkpoints.latest_step() != self.step:
+            self._checkpoint()  # a finished or stopped run leaves its last step saved
+        if finished:
+            self._export()
         return finished
 
     def close(self) -> None:
@@ -166,8 +171,6 @@ class TrainerRun:
         every = self.config.eval.every_steps
         if self.step == self.config.trainer.total_steps or (every and self.step % every == 0):
             metrics.update(self._evaluate())
-        if self.step % self.config.checkpoint.every_steps == 0:
-            self._checkpoint()
         step_s = time.monotonic() - started
         metrics.update(self.controller.accounting.as_metrics())
         metrics.update(
@@ -180,14 +183,23 @@ class TrainerRun:
                 "throughput/train_tokens_per_s": batch.num_loss_tokens / max(train_s, 1e-9),
             }
         )
-        if math.isnan(metrics.get("logprob_gap/max", 0.0)):
-            metrics.pop("logprob_gap/max")
         self.metrics.write(self.step, metrics)
+        if self.step % self.config.checkpoint.every_steps == 0:
+            self._checkpoint()  # after the step's metrics line: a resume never loses it
         write_status(self.run_dir, "trainer", {"role": "trainer", "step": self.step,
                                                "policy_version": self.version,
                                                "throughput": {"samples_per_s": metrics["throughput/samples_per_s"]}})  # fmt: skip
         self._progress.update(self.step, metrics)
         return True
+
+    def _export(self) -> None:
+        """Writes the trained policy as a Hugging Face checkpoint: RUN_DIR/final/."""
+        final = self.run_dir / "final"
+        save_pretrained(self.learner.model, final)
+        for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE):
+            source = self.tokenizer_dir / name
+            if source.exists():
+                shutil.copyfile(source, final / name)
 
     def _evaluate(self) -> dict[str, float]:
         if self.evaluator is None:

@@ -49,6 +49,8 @@ class InferenceWorker:
         staleness: ``pull_every``.
         seed: the run's seed.
         stop_token_ids: tokens that end a completion.
+        check_logprob_gap: score every batch by teacher forcing and report the worst
+            train/inference log-probability gap with the rollouts.
     """
 
     def __init__(
@@ -65,8 +67,10 @@ class InferenceWorker:
         staleness: StalenessSection,
         seed: int,
         stop_token_ids: tuple[int, ...],
+        check_logprob_gap: bool = True,
     ) -> None:
         self.worker_id = worker_id
+        self._check_gap = check_logprob_gap
         self._model = model
         self._sampler = Sampler(model, pad_token_id=tokenizer.pad_token_id or 0)
         self._tokenizer = tokenizer
@@ -127,6 +131,7 @@ class InferenceWorker:
                 seeds.append(sample_seed(self._seed, group.group_id, j))
                 problems.append(group.problem)
         out = self._sampler.generate(prompts, self._sampling, seed=seeds)
+        gaps = self._gaps(prompts, out) if self._check_gap else [None] * len(prompts)
         texts = [self._tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
         verdicts = self._judge.judge(problems, texts)
         generation_s = time.monotonic() - started
@@ -147,6 +152,7 @@ class InferenceWorker:
                     )
                 )
                 row += 1
+            group_gaps = [g for g in gaps[row - group.samples_per_prompt : row] if g is not None]
             result = RolloutGroup(
                 group_id=group.group_id,
                 prompt_id=group.prompt_id,
@@ -155,6 +161,7 @@ class InferenceWorker:
                 worker_id=self.worker_id,
                 rollouts=tuple(rollouts),
                 generation_s=generation_s,
+                logprob_gap=max(group_gaps) if group_gaps else None,
             )
             self._rollouts.put(group.group_id, result.to_bytes())
             try:
@@ -165,6 +172,14 @@ class InferenceWorker:
         self.samples_done += len(prompts)
         self.busy_s += time.monotonic() - started
         return True
+
+    def _gaps(self, prompts: list[list[int]], out) -> list[float | None]:  # noqa: ANN001
+        """Per completion, the worst gap between sampled and teacher-forced log-probs."""
+        scored = self._sampler.score(prompts, out.tokens, self._sampling.temperature)
+        return [
+            max((abs(a - b) for a, b in zip(s, p, strict=True)), default=None)
+            for s, p in zip(scored, out.policy_logprobs, strict=True)
+        ]
 
     def _renew(self, lease: Lease) -> Lease | None:
         """The lease renewed for a full generation, or None if it already ended."""

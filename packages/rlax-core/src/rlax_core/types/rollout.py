@@ -70,3 +70,9 @@ class RolloutGroup(Record):
     worker_id: str = Field(description="The inference worker that produced it.")
     rollouts: tuple[Rollout, ...] = Field(min_length=1, description="The completions.")
     generation_s: float = Field(default=0.0, ge=0, description="Time spent sampling.")
+    logprob_gap: float | None = Field(
+        default=None,
+        ge=0,
+        description="Largest |sampler − teacher-forced| policy log-probability of the group, "
+        "checked by the worker with the same weights (the train/inference gap).",
+    )
