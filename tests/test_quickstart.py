@@ -22,7 +22,9 @@ def test_quickstart_raises_held_out_pass_at_1_by_25_points(tmp_path: Path) -> No
         capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
-    evals = [(r["step"], r["eval/pass@1"]) for r in read_metrics(tmp_path / "run") if "eval/pass@1" in r]
+    evals = [
+        (r["step"], r["eval/pass@1"]) for r in read_metrics(tmp_path / "run") if "eval/pass@1" in r
+    ]
     assert evals[0][0] == 0  # evaluated at RL step 0, after the warm start
     assert evals[-1][0] == 100
     gain = evals[-1][1] - evals[0][1]

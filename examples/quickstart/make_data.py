@@ -34,7 +34,9 @@ def main() -> None:
         # The code task: fewer rows (each carries its test), same numbers.
         _write(f"code_{split}.jsonl", [_code_row(n) for n in rows[: len(rows) // 3]])
     # 256 byte symbols + the special tokens: no merges, one token per character.
-    build_qwen_tokenizer(["0123456789>"], vocab_size=256 + len(SPECIAL_TOKENS), path=HERE / "tokenizer")
+    build_qwen_tokenizer(
+        ["0123456789>"], vocab_size=256 + len(SPECIAL_TOKENS), path=HERE / "tokenizer"
+    )
 
 
 def _code_row(number: str) -> dict:

@@ -14,10 +14,12 @@ from rlax_core.transport.inproc import InProcTransport
 from rlax_core.types import PromptGroup, Rollout, RolloutGroup
 
 
-def _controller(transport: InProcTransport, *, k: int, per_step: int = 2, dynamic: bool = False) -> Controller:
+def _controller(
+    transport: InProcTransport, *, k: int, per_step: int = 2, dynamic: bool = False
+) -> Controller:
     counter = itertools.count()
 
-    def next_prompt():  # noqa: ANN202
+    def next_prompt():
         i = next(counter)
         return f"ex{i}", [1, 2, i % 50 + 3], {"kind": "math", "answer": str(i)}
 
@@ -31,7 +33,7 @@ def _controller(transport: InProcTransport, *, k: int, per_step: int = 2, dynami
     )
 
 
-def _answer(transport: InProcTransport, version: int, rewards=(1.0, 0.0), only=None) -> list[str]:  # noqa: ANN001
+def _answer(transport: InProcTransport, version: int, rewards=(1.0, 0.0), only=None) -> list[str]:
     """Plays an inference worker: answers every queued prompt group with ``version``."""
     prompts, rollouts, done = transport.queue("prompts"), transport.queue("rollouts"), []
     while (lease := prompts.get(30.0, timeout=0)) is not None:
@@ -70,7 +72,9 @@ def test_asynchronous_run_keeps_k_plus_one_steps_in_flight() -> None:
     transport = InProcTransport()
     controller = _controller(transport, k=2)
     assert controller.issue(version=5) == 6
-    groups = [PromptGroup.from_bytes(transport.queue("prompts").get(30.0).payload) for _ in range(6)]
+    groups = [
+        PromptGroup.from_bytes(transport.queue("prompts").get(30.0).payload) for _ in range(6)
+    ]
     assert {g.min_policy_version for g in groups} == {5}
 
 

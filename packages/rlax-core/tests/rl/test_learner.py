@@ -16,7 +16,7 @@ from rlax_core.types import Rollout, RolloutGroup
 CONFIG = QwenConfig.tiny(vocab_size=128, tie_embeddings=False)
 
 
-def _model():  # noqa: ANN202
+def _model():
     model = init_model(CONFIG, seed=0)
     # Sharper than the random init, so log-probabilities and gradients are not flat.
     return replace_params(model, {n: np.asarray(a) * 2 for n, a in flat_params(model).items()})
@@ -27,7 +27,9 @@ def batch() -> TrainBatch:
     sampler = Sampler(_model())
     groups = []
     for g, prompt in enumerate([[1, 2, 3, 4, 5], [6, 7], [8, 9, 10]]):
-        out = sampler.generate([prompt] * 4, SamplingParams(max_new_tokens=6), seed=[g * 4 + j for j in range(4)])
+        out = sampler.generate(
+            [prompt] * 4, SamplingParams(max_new_tokens=6), seed=[g * 4 + j for j in range(4)]
+        )
         rollouts = tuple(
             Rollout(rollout_id=f"g{g}/{j}", completion_tokens=tuple(out.tokens[j]),
                     behaviour_logprobs=tuple(out.behaviour_logprobs[j]),
@@ -40,7 +42,7 @@ def batch() -> TrainBatch:
     return build_batch(groups, advantage="grpo")[0]
 
 
-def _train(batch: TrainBatch, *, mesh=None, **trainer) -> tuple[Learner, dict]:  # noqa: ANN001
+def _train(batch: TrainBatch, *, mesh=None, **trainer) -> tuple[Learner, dict]:
     # A huge Adam ε makes the update linear in the gradient, so comparisons are not
     # dominated by sign flips of near-zero gradient entries.
     settings = {"learning_rate": 100.0, "adam_eps": 1e3, "max_grad_norm": 1e9, **trainer}

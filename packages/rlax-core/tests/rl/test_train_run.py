@@ -29,17 +29,26 @@ def _config(tmp_path: Path, *, k: int, steps: int = 6, **changes: object) -> Pat
         "run": {"name": "t", "seed": 1},
         "model": {
             "preset": "tiny",
-            "overrides": {"num_layers": 1, "hidden_size": 32, "intermediate_size": 64,
-                          "num_heads": 2, "num_kv_heads": 1},
+            "overrides": {
+                "num_layers": 1,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_heads": 2,
+                "num_kv_heads": 1,
+            },
             "tokenizer": str(QUICKSTART / "tokenizer"),
-        },  # fmt: skip
+        },
         "data": {
             "train": [{"path": str(QUICKSTART / "data" / "train.jsonl"), **dataset}],
             "eval": {"path": str(QUICKSTART / "data" / "eval.jsonl"), **dataset},
         },
         "warm_start": {"steps": 3, "examples_per_step": 8},
-        "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 5,
-                    "groups_per_batch": 4},  # fmt: skip
+        "rollout": {
+            "prompts_per_step": 4,
+            "samples_per_prompt": 4,
+            "max_new_tokens": 5,
+            "groups_per_batch": 4,
+        },
         "staleness": {"max_staleness": k, "pull_every": 1},
         "trainer": {"total_steps": steps, "learning_rate": 1e-3},
         "eval": {"every_steps": 3, "samples_per_prompt": 2, "ks": [1, 2], "max_prompts": 8},
@@ -63,7 +72,7 @@ def _train(config: Path, run_dir: Path, *extra: str) -> subprocess.Popen:
 
 
 def _finish(process: subprocess.Popen, timeout: float = 900) -> None:
-    out, err = process.communicate(timeout=timeout)
+    _out, err = process.communicate(timeout=timeout)
     assert process.returncode == 0, f"exit {process.returncode}\n{err[-4000:]}"
 
 
@@ -97,9 +106,14 @@ def test_a_run_leaves_a_complete_run_directory(tmp_path: Path) -> None:
     _finish(_train(_config(tmp_path, k=1), run_dir))
     assert (run_dir / "config.yaml").exists()
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["staleness"]["max_staleness"] == 1
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()) == ["4", "6"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()) == [
+        "4",
+        "6",
+    ]
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
-    assert (run_dir / "final" / "config.json").exists() and (run_dir / "final" / "tokenizer.json").exists()
+    assert (run_dir / "final" / "config.json").exists() and (
+        run_dir / "final" / "tokenizer.json"
+    ).exists()
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == list(range(7))
     assert "eval/pass@1" in rows[0] and "eval/pass@2" in rows[0]  # the first evaluation: RL step 0
@@ -112,7 +126,9 @@ def test_a_run_leaves_a_complete_run_directory(tmp_path: Path) -> None:
         assert row["logprob_gap/max"] < 1e-5
     assert [r["step"] for r in rows if "eval/pass@1" in r] == [0, 3, 6]
     plot = subprocess.run(
-        [sys.executable, "-m", "rlax_core.cli", "plot", str(run_dir)], capture_output=True, text=True
+        [sys.executable, "-m", "rlax_core.cli", "plot", str(run_dir)],
+        capture_output=True,
+        text=True,
     )
     assert plot.returncode == 0, plot.stderr
     assert (run_dir / "plots" / "reward.png").stat().st_size > 10_000

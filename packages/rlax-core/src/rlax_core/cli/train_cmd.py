@@ -26,7 +26,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("--role", choices=["all", "trainer", "worker"], default="all",
                      help="this process's part of a multi-process run")  # fmt: skip
     sub.add_argument("--worker-id", default="worker-0", help="name of this worker (--role worker)")
-    sub.add_argument("--coordinator", help="jax.distributed coordinator HOST:PORT (multi-host trainer)")
+    sub.add_argument(
+        "--coordinator", help="jax.distributed coordinator HOST:PORT (multi-host trainer)"
+    )
     sub.add_argument("--num-processes", type=int, help="jax.distributed process count")
     sub.add_argument("--process-id", type=int, help="jax.distributed process id")
     sub.add_argument("--no-progress", action="store_true", help="no progress display")

@@ -6,6 +6,7 @@ builds exactly the same model structure, prompt encoding and stop tokens.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
@@ -52,10 +53,8 @@ def stop_token_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
     """Tokens that end a completion: EOS, and Qwen's <|endoftext|> / <|im_end|>."""
     ids = {tokenizer.eos_token_id}
     for token in ("<|endoftext|>", "<|im_end|>"):
-        try:
+        with contextlib.suppress(KeyError):
             ids.add(tokenizer.token_id(token))
-        except KeyError:
-            pass
     return tuple(sorted(i for i in ids if i is not None))
 
 

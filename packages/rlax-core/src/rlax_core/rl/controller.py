@@ -71,7 +71,7 @@ class Controller:
 
     def __init__(
         self,
-        next_prompt,  # noqa: ANN001  (callable: () -> (example_id, tokens, problem))
+        next_prompt,
         *,
         prompts: Queue,
         rollouts: Queue,
@@ -124,7 +124,7 @@ class Controller:
         version: int,
         *,
         timeout_s: float | None = None,
-        should_stop=None,  # noqa: ANN001
+        should_stop=None,
     ) -> list[RolloutGroup] | None:
         """Waits for ``prompts_per_step`` trainable groups and returns them in issue order.
 

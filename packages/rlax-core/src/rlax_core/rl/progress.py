@@ -50,11 +50,19 @@ class StepProgress:
 
     def update(self, step: int, metrics: Mapping[str, float]) -> None:
         """Records a finished step."""
-        self._last.update({k: v for k, v in metrics.items() if k in dict.fromkeys(f[0] for f in _FIELDS)})
+        self._last.update(
+            {k: v for k, v in metrics.items() if k in dict.fromkeys(f[0] for f in _FIELDS)}
+        )
         summary = "  ".join(
-            f"{label} {fmt.format(self._last[key])}" for key, label, fmt in _FIELDS if key in self._last
+            f"{label} {fmt.format(self._last[key])}"
+            for key, label, fmt in _FIELDS
+            if key in self._last
         )
         self._progress.update(self._task, completed=step, summary=summary)
         if self._enabled and not self._live and step:
             elapsed = time.monotonic() - self._started
-            print(f"step {step}/{self._total}  {summary}  ({elapsed:.0f} s)", file=sys.stderr, flush=True)
+            print(
+                f"step {step}/{self._total}  {summary}  ({elapsed:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )

@@ -51,7 +51,9 @@ def run_all(
             seed=config.run.seed,
             stop_token_ids=trainer.stop_token_ids,
         )
-        thread = threading.Thread(target=worker.run, args=(stop, fail), name=worker.worker_id, daemon=True)
+        thread = threading.Thread(
+            target=worker.run, args=(stop, fail), name=worker.worker_id, daemon=True
+        )
         thread.start()
         threads.append(thread)
     try:

@@ -18,8 +18,8 @@ import jax
 from rlax_core.contracts.transport import Transport
 from rlax_core.models.checkpoint import save_pretrained
 from rlax_core.models.params import flat_params, replace_params
-from rlax_core.models.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
 from rlax_core.models.qwen import Qwen
+from rlax_core.models.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
 from rlax_core.plugins.registry import Registry
 from rlax_core.rl import components
 from rlax_core.rl.batch import build_batch
@@ -65,7 +65,12 @@ class TrainerRun:
         self.run_dir = run_dir
         self.checkpoints = CheckpointStore(run_dir / "checkpoints", keep=config.checkpoint.keep)
         resumed_from = self.checkpoints.latest_step() if resume else None
-        prepare(run_dir, config, resume=resume, has_checkpoint=self.checkpoints.latest_step() is not None)
+        prepare(
+            run_dir,
+            config,
+            resume=resume,
+            has_checkpoint=self.checkpoints.latest_step() is not None,
+        )
         self.tokenizer = components.load_tokenizer(config, config_dir)
         self.tokenizer_dir = components.tokenizer_dir(config, config_dir)
         self.stop_token_ids = components.stop_token_ids(self.tokenizer)
@@ -186,9 +191,9 @@ class TrainerRun:
         self.metrics.write(self.step, metrics)
         if self.step % self.config.checkpoint.every_steps == 0:
             self._checkpoint()  # after the step's metrics line: a resume never loses it
-        write_status(self.run_dir, "trainer", {"role": "trainer", "step": self.step,
-                                               "policy_version": self.version,
-                                               "throughput": {"samples_per_s": metrics["throughput/samples_per_s"]}})  # fmt: skip
+        rate = {"samples_per_s": metrics["throughput/samples_per_s"]}
+        status = {"role": "trainer", "step": self.step, "policy_version": self.version}
+        write_status(self.run_dir, "trainer", {**status, "throughput": rate})
         self._progress.update(self.step, metrics)
         return True
 
@@ -227,7 +232,10 @@ class TrainerRun:
 
     def _warm_start(self, model: Qwen, config_dir: Path) -> Qwen:
         _, next_prompt = components.train_prompts(
-            self.config, config_dir, self.tokenizer, seed=self.config.run.seed + _WARM_START_SEED_OFFSET
+            self.config,
+            config_dir,
+            self.tokenizer,
+            seed=self.config.run.seed + _WARM_START_SEED_OFFSET,
         )
 
         def next_example() -> tuple[list[int], dict]:
@@ -243,8 +251,9 @@ class TrainerRun:
             self.config.warm_start,
             on_step=lambda step, loss: losses.append(loss),
         )
-        write_status(self.run_dir, "warm_start", {"role": "trainer", "steps": len(losses),
-                                                  "final_loss": losses[-1] if losses else None})  # fmt: skip
+        final_loss = losses[-1] if losses else None
+        status = {"role": "trainer", "steps": len(losses), "final_loss": final_loss}
+        write_status(self.run_dir, "warm_start", status)
         return model
 
 

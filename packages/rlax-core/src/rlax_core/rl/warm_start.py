@@ -44,8 +44,8 @@ def warm_start(
     opt_state = tx.init(params)
 
     @jax.jit
-    def step(params, opt_state, tokens, valid, target_mask):  # noqa: ANN001, ANN202
-        def loss_fn(params):  # noqa: ANN001, ANN202
+    def step(params, opt_state, tokens, valid, target_mask):
+        def loss_fn(params):
             logits = nnx.merge(graphdef, params)(tokens, valid)[:, :-1]
             log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
             nll = -jnp.take_along_axis(log_probs, tokens[:, 1:, None], axis=-1)[..., 0]

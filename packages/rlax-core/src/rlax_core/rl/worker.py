@@ -173,7 +173,7 @@ class InferenceWorker:
         self.busy_s += time.monotonic() - started
         return True
 
-    def _gaps(self, prompts: list[list[int]], out) -> list[float | None]:  # noqa: ANN001
+    def _gaps(self, prompts: list[list[int]], out) -> list[float | None]:
         """Per completion, the worst gap between sampled and teacher-forced log-probs."""
         scored = self._sampler.score(prompts, out.tokens, self._sampling.temperature)
         return [
