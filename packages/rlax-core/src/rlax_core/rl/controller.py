@@ -17,6 +17,7 @@ Accounting, the rules that keep an asynchronous run honest:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -240,10 +241,9 @@ class Controller:
         return sorted(groups, key=lambda g: g.group_id)
 
     def _ack(self, lease: Lease) -> None:
-        try:
+        # An expired lease is redelivered later, and dropped then as a duplicate.
+        with contextlib.suppress(LeaseExpiredError):
             self._rollouts.ack(lease)
-        except LeaseExpiredError:
-            pass  # it will be redelivered, and dropped as a duplicate
 
     def _extend(self, lease: Lease) -> Lease:
         try:

@@ -9,6 +9,7 @@ regenerated with the same weights gives the same completions.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import time
@@ -164,10 +165,9 @@ class InferenceWorker:
                 logprob_gap=max(group_gaps) if group_gaps else None,
             )
             self._rollouts.put(group.group_id, result.to_bytes())
-            try:
+            # An expired lease went to another worker meanwhile; its copy is dropped by id.
+            with contextlib.suppress(LeaseExpiredError):
                 self._prompts.ack(lease)
-            except LeaseExpiredError:
-                pass  # handed to another worker meanwhile; its duplicate is dropped by id
         self.groups_done += len(groups)
         self.samples_done += len(prompts)
         self.busy_s += time.monotonic() - started
