@@ -1,4 +1,4 @@
-"""The ``rlax`` command: plugins, config schema, unbuilt subcommands, exit codes."""
+"""The ``rlax`` command: plugins, config schema, subcommands, exit codes."""
 
 from __future__ import annotations
 
@@ -50,11 +50,20 @@ def test_config_schema_covers_plugin_configs(capsys: pytest.CaptureFixture) -> N
     assert missing == [], f"fields without a description: {missing}"
 
 
-@pytest.mark.parametrize("command", ["train"])
-def test_unbuilt_commands_say_so_plainly(command: str, capsys: pytest.CaptureFixture) -> None:
-    assert main([command, "examples/quickstart.yaml"]) == 3
-    err = capsys.readouterr().err
-    assert f"`rlax {command}` is not built yet" in err
+def test_every_command_is_built() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "rlax_core.cli", "--help"], capture_output=True, text=True
+    )
+    for command in ("train", "verify", "launch", "plugins", "config", "bench", "serve", "plot"):
+        assert command in result.stdout
+
+
+def test_train_refuses_a_bad_config_before_starting(tmp_path, capsys) -> None:  # noqa: ANN001
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rollout:\n  prompts_per_step: 0\n")
+    assert main(["train", str(bad), "--run-dir", str(tmp_path / "run")]) == 2
+    assert "rollout.prompts_per_step" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # nothing started
 
 
 def test_usage_errors_exit_2() -> None:

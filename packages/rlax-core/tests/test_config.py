@@ -58,6 +58,24 @@ def test_defaults_fill_every_section() -> None:
     assert config.verifier is None
 
 
+def test_the_data_section_is_optional_and_fills_defaults(tmp_path: Path) -> None:
+    assert validate_run_config({}).data is None
+    text = (
+        "data:\n  train:\n    - path: data/gsm8k.parquet\n      prompt_template: 'Q: {question}'\n"
+        "      answer_field: answer\n  eval:\n    path: held-out.jsonl\n"
+        "    prompt_template: '{prompt}'\n    problem_field: problem\n    limit: 50\n"
+    )
+    data = load_run_config(_write(tmp_path, text)).data
+    (train,) = data.train
+    assert (train.dataset_name, train.format, train.weight, train.limit) == (
+        "gsm8k",
+        "auto",
+        1,
+        None,
+    )
+    assert (data.eval.dataset_name, data.eval.limit, data.shuffle) == ("held-out", 50, True)
+
+
 def test_check_prints_the_chosen_plugins(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = _write(tmp_path, VALID)
     assert main(["config", "check", str(path)]) == 0
@@ -149,6 +167,43 @@ BAD_CONFIGS = {
     ),
     "bad run name": ("run:\n  name: 'my run!'\n", ["run.name", "pattern"]),
     "null for a number": ("rollout:\n  top_p: null\n", ["rollout.top_p", "got None"]),
+    "no training datasets": (
+        "data:\n  train: []\n",
+        [":2: data.train: List should have at least 1 item", "Training datasets"],
+    ),
+    "dataset without answer or problem": (
+        "data:\n  train:\n    - path: a.jsonl\n      prompt_template: '{q}'\n",
+        [":3: data.train.0: give exactly one of answer_field", "neither is set"],
+    ),
+    "dataset with answer and problem": (
+        "data:\n  eval:\n    path: a.jsonl\n    prompt_template: '{q}'\n"
+        "    answer_field: a\n    problem_field: p\n  train: []\n",
+        ["data.eval: give exactly one of answer_field", "both are set"],
+    ),
+    "zero dataset weight": (
+        "data:\n  train:\n    - path: a.jsonl\n      prompt_template: '{q}'\n"
+        "      answer_field: a\n      weight: 0\n",
+        [":6: data.train.0.weight: Input should be greater than 0", "got 0", "Relative share"],
+    ),
+    "unbalanced template brace": (
+        "data:\n  train:\n    - path: a.jsonl\n      prompt_template: 'Q: {q'\n"
+        "      answer_field: a\n",
+        [":4: data.train.0.prompt_template: is not a valid str.format template", "{{ and }}"],
+    ),
+    "positional template field": (
+        "data:\n  train:\n    - path: a.jsonl\n      prompt_template: 'Q: {}'\n"
+        "      answer_field: a\n",
+        [":4: data.train.0.prompt_template: uses a positional field {}"],
+    ),
+    "unknown dataset key": (
+        "data:\n  train:\n    - path: a.jsonl\n      template: '{q}'\n",
+        [":4: data.train.0.template: unknown key", "did you mean 'prompt_template'"],
+    ),
+    "clashing dataset names": (
+        "data:\n  train:\n    - {path: a/x.jsonl, prompt_template: '{q}', answer_field: a}\n"
+        "    - {path: b/x.parquet, prompt_template: '{q}', answer_field: a}\n",
+        ["data.train[0] and data.train[1] are both named 'x'", "set a different name"],
+    ),
 }
 
 

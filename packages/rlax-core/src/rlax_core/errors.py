@@ -31,12 +31,6 @@ class PluginError(RlaxError):
     exit_code = 2
 
 
-class NotBuiltError(RlaxError):
-    """A command or feature that this version of RLAX does not have yet."""
-
-    exit_code = 3
-
-
 class TransportError(RlaxError):
     """A parameter store or queue operation failed."""
 

@@ -11,16 +11,13 @@ from rlax_core.cli import (
     bench_cmd,
     config_cmd,
     launch_cmd,
+    plot_cmd,
     plugins_cmd,
     serve_cmd,
+    train_cmd,
     verify_cmd,
 )
-from rlax_core.errors import NotBuiltError, RlaxError
-
-# Subcommands whose implementation lands with a later part of RLAX.
-_NOT_BUILT = {
-    "train": "run RL on a run config (arrives with the RL loop)",
-}
+from rlax_core.errors import RlaxError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,28 +28,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rlax {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, help_text in _NOT_BUILT.items():
-        sub = commands.add_parser(name, help=help_text, description=help_text)
-        sub.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-        sub.set_defaults(handler=_not_built(name, help_text))
     plugins_cmd.add_parser(commands)
     config_cmd.add_parser(commands)
     bench_cmd.add_parser(commands)
     verify_cmd.add_parser(commands)
     serve_cmd.add_parser(commands)
     launch_cmd.add_parser(commands)
+    train_cmd.add_parser(commands)
+    plot_cmd.add_parser(commands)
     return parser
 
 
-def _not_built(name: str, what: str):
-    def handler(args: argparse.Namespace) -> int:
-        raise NotBuiltError(f"`rlax {name}` is not built yet in rlax {__version__}: it will {what}")
-
-    return handler
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the CLI; returns the exit status (0 ok, 1 failure, 2 bad input, 3 not built)."""
+    """Runs the CLI; returns the exit status (0 ok, 1 failure, 2 bad input, 128+n on signal n)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

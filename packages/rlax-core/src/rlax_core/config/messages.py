@@ -119,6 +119,8 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
         return _models_in(get_args(annotation)[0])
     if origin in (Union, types.UnionType):
         return [m for arg in get_args(annotation) for m in _models_in(arg)]
+    if origin is list:  # a list of sections: errors inside an item resolve to its model
+        return _models_in(get_args(annotation)[0])
     return []
 
 

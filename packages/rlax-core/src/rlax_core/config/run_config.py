@@ -11,14 +11,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
 
-from rlax_core.config.sections import (
-    AlgorithmSection,
-    ModelSection,
-    RolloutSection,
-    RunSection,
-    StalenessSection,
-    TrainerSection,
-)
+from rlax_core.config.data_sections import DataSection
+from rlax_core.config.loop_sections import CheckpointSection, EvalSection, WarmStartSection
+from rlax_core.config.sections import ModelSection, RolloutSection, RunSection, StalenessSection
+from rlax_core.config.training_sections import AlgorithmSection, TrainerSection
 
 if TYPE_CHECKING:
     from rlax_core.plugins.registry import Registry
@@ -44,6 +40,20 @@ class RunConfigBase(BaseModel):
         default_factory=AlgorithmSection, description="Advantage estimator and policy loss."
     )
     trainer: TrainerSection = Field(default_factory=TrainerSection, description="Optimiser.")
+    data: DataSection | None = Field(
+        default=None,
+        description="Prompt datasets: the training mixture and the held-out set "
+        "(required by `rlax train`).",
+    )
+    eval: EvalSection = Field(
+        default_factory=EvalSection, description="Evaluation on held-out prompts."
+    )
+    checkpoint: CheckpointSection = Field(
+        default_factory=CheckpointSection, description="When the RL state is saved."
+    )
+    warm_start: WarmStartSection = Field(
+        default_factory=WarmStartSection, description="Supervised stage before RL."
+    )
 
     @model_validator(mode="after")
     def _groups_fit_the_advantage(self) -> RunConfigBase:

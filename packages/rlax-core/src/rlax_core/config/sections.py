@@ -45,6 +45,23 @@ class ModelSection(Section):
         description="Local directory with config.json, *.safetensors and tokenizer.json.",
     )
     dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Parameter dtype.")
+    activation_dtype: Literal["float32", "bfloat16"] | None = Field(
+        default=None,
+        description="Dtype of activations and matmuls (default: the parameter dtype); norms, "
+        "softmax and logits stay fp32.",
+    )
+    remat: bool = Field(
+        default=False, description="Rematerialise layer activations in the backward pass."
+    )
+    overrides: dict[str, int | float | bool] = Field(
+        default_factory=dict,
+        description="Changes to the preset's sizes, e.g. {num_layers: 4, hidden_size: 128}.",
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="Directory with tokenizer.json (default: model.path). Relative paths are "
+        "relative to the run config file.",
+    )
 
     @field_validator("preset")
     @classmethod
@@ -54,6 +71,19 @@ class ModelSection(Section):
         if preset is not None and preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
         return preset
+
+    @field_validator("overrides")
+    @classmethod
+    def _known_sizes(cls, overrides: dict) -> dict:
+        import dataclasses
+
+        from rlax_core.models.qwen.config import QwenConfig
+
+        known = {f.name for f in dataclasses.fields(QwenConfig)} - {"architecture"}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"unknown model sizes {unknown}; known: {', '.join(sorted(known))}")
+        return overrides
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSection:
@@ -85,6 +115,21 @@ class RolloutSection(Section):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1: off).")
     top_k: int = Field(default=0, ge=0, description="Keep the k most likely tokens (0: off).")
     workers: int = Field(default=1, ge=1, description="Inference workers.")
+    groups_per_batch: int = Field(
+        default=4,
+        ge=1,
+        description="Prompt groups a worker leases and samples together (its batch holds "
+        "groups_per_batch × samples_per_prompt completions).",
+    )
+    chat_template: bool = Field(
+        default=False,
+        description="Wrap each prompt in the tokenizer's chat template as a user message.",
+    )
+    lease_s: float = Field(
+        default=600.0,
+        gt=0.0,
+        description="Seconds a worker owns a leased prompt group before it is handed out again.",
+    )
 
 
 class StalenessSection(Section):
@@ -107,55 +152,5 @@ class StalenessSection(Section):
                 f"pull_every ({self.pull_every}) exceeds max_staleness + 1 "
                 f"({self.max_staleness + 1}): workers would hold weights too stale to train "
                 "on; lower pull_every or raise max_staleness"
-            )
-        return self
-
-
-class AlgorithmSection(Section):
-    """The RL objective."""
-
-    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce"] = Field(
-        default="grpo", description="Advantage estimator."
-    )
-    loss: Literal["ppo_clip", "gspo", "reinforce"] = Field(
-        default="ppo_clip", description="Policy loss."
-    )
-    clip_low: float = Field(
-        default=0.2, ge=0.0, description="Lower PPO clip: ratio ≥ 1 - clip_low."
-    )
-    clip_high: float = Field(
-        default=0.28,
-        ge=0.0,
-        description="Upper PPO clip (DAPO clip-higher): ratio ≤ 1 + clip_high.",
-    )
-    kl_coef: float = Field(
-        default=0.0, ge=0.0, description="Weight of the KL to the reference model."
-    )
-    entropy_coef: float = Field(default=0.0, ge=0.0, description="Weight of the entropy bonus.")
-    importance_ratio_cap: float = Field(
-        default=2.0,
-        ge=1.0,
-        description="Truncation of the behaviour importance ratio for stale rollouts.",
-    )
-
-
-class TrainerSection(Section):
-    """The optimiser and the step budget."""
-
-    total_steps: int = Field(default=100, ge=1, description="Training steps of the run.")
-    learning_rate: float = Field(default=1e-5, gt=0.0, description="Peak learning rate.")
-    warmup_steps: int = Field(default=0, ge=0, description="Linear warm-up steps.")
-    schedule: Literal["constant", "cosine"] = Field(
-        default="constant", description="Learning-rate schedule after warm-up."
-    )
-    weight_decay: float = Field(default=0.0, ge=0.0, description="AdamW weight decay.")
-    max_grad_norm: float = Field(default=1.0, gt=0.0, description="Global gradient-norm clip.")
-
-    @model_validator(mode="after")
-    def _warmup_fits(self) -> TrainerSection:
-        if self.warmup_steps >= self.total_steps:
-            raise ValueError(
-                f"warmup_steps ({self.warmup_steps}) must be less than total_steps "
-                f"({self.total_steps})"
             )
         return self

@@ -20,6 +20,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlax_core.generate.sampling import SamplingParams, choose
+from rlax_core.models.logprobs import teacher_forced_logprobs
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.sharding import BATCH, batch_divisor, batch_sharding
 
@@ -69,6 +70,7 @@ class Sampler:
         self._pad = pad_token_id
         self._traces = 0
         self._generate = jax.jit(self._generate_impl, static_argnames=("max_new_tokens",))
+        self._score = jax.jit(self._score_impl)
 
     @property
     def compilations(self) -> int:
@@ -96,14 +98,20 @@ class Sampler:
         return padded, self._prompt_buckets[i]
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams, *, seed: int
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        seed: int | Sequence[int],
     ) -> Completions:
         """Samples one completion per prompt.
 
         Args:
             prompts: token ids of each prompt (at least one token each).
             params: sampling settings.
-            seed: the same seed, prompts and weights give the same completions.
+            seed: one seed for the batch, or one per prompt. A completion depends only on
+                its prompt, its seed and the weights — not on the rest of the batch —
+                so an RL run can regenerate any group exactly (pass per-group seeds).
         """
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("generate needs at least one prompt, each with at least one token")
@@ -128,7 +136,7 @@ class Sampler:
             self._state,
             tokens_in,
             valid_in,
-            jax.random.key(seed),
+            jnp.asarray(self._row_seeds(seed, batch, len(prompts))),
             jnp.float32(params.temperature),
             jnp.int32(params.top_k),
             jnp.float32(params.top_p),
@@ -144,12 +152,59 @@ class Sampler:
             finish_reasons=["stop" if stopped[i] else "length" for i in range(n)],
         )
 
+    def score(
+        self,
+        prompts: Sequence[Sequence[int]],
+        completions: Sequence[Sequence[int]],
+        temperature: float,
+    ) -> list[list[float]]:
+        """Teacher-forced log-probabilities of each completion token under the weights.
+
+        The training graph's view of the sampled tokens (the whole sequence in one
+        forward pass, as the trainer computes it), for checking the sampler's own
+        log-probabilities: the two must agree within 1e-5 in fp32.
+        """
+        lengths = [len(p) + len(c) for p, c in zip(prompts, completions, strict=True)]
+        batch, width = self.bucket_shape(len(prompts), max(lengths))
+        tokens = np.zeros((batch, width), np.int32)
+        valid = np.zeros((batch, width), bool)
+        for row, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+            tokens[row, : lengths[row]] = [*prompt, *completion]
+            valid[row, : lengths[row]] = True
+        tokens_in, valid_in = jnp.asarray(tokens), jnp.asarray(valid)
+        if self._mesh is not None:
+            tokens_in = jax.device_put(tokens_in, batch_sharding(self._mesh))
+            valid_in = jax.device_put(valid_in, batch_sharding(self._mesh))
+        scores = np.asarray(self._score(self._state, tokens_in, valid_in, jnp.float32(temperature)))
+        return [
+            scores[row, len(p) - 1 : len(p) - 1 + len(c)].tolist()
+            for row, (p, c) in enumerate(zip(prompts, completions, strict=True))
+        ]
+
+    def _score_impl(
+        self, state: nnx.State, tokens: jax.Array, valid: jax.Array, temperature: jax.Array
+    ) -> jax.Array:
+        model = nnx.merge(self._graphdef, state)
+        return teacher_forced_logprobs(model, tokens, valid, temperature)
+
+    @staticmethod
+    def _row_seeds(seed: int | Sequence[int], batch: int, n: int) -> np.ndarray:
+        if isinstance(seed, int):
+            rows = np.random.SeedSequence(seed).generate_state(n)
+        else:
+            if len(seed) != n:
+                raise ValueError(f"got {len(seed)} seeds for {n} prompts")
+            rows = np.asarray(seed, np.uint64) & 0xFFFFFFFF
+        out = np.zeros(batch, np.uint32)
+        out[:n] = rows
+        return out
+
     def _generate_impl(
         self,
         state: nnx.State,
         tokens: jax.Array,
         valid: jax.Array,
-        key: jax.Array,
+        seeds: jax.Array,
         temperature: jax.Array,
         top_k: jax.Array,
         top_p: jax.Array,
@@ -175,7 +230,7 @@ class Sampler:
             cache_valid=cache_valid,
             last_logits_only=True,
         )
-        rows = jnp.arange(batch)
+        row_keys = jax.vmap(jax.random.key)(seeds)
         next_position = valid.sum(axis=1)  # position of the first generated token
 
         def sample_and_advance(c: tuple) -> tuple:
@@ -183,9 +238,8 @@ class Sampler:
             # step) one decode step for the next logits. Sampling lives in one place of
             # the loop body, so it is compiled once.
             step, logits, cache, cache_valid, out_tokens, out_b, out_p, lengths, done = c
-            step_key = jax.random.fold_in(key, step)
-            keys = jax.vmap(lambda r: jax.random.fold_in(step_key, r))(rows)
             # Per-row keys: a row's sample does not depend on the rest of the batch.
+            keys = jax.vmap(lambda k: jax.random.fold_in(k, step))(row_keys)
             token, b_lp, p_lp = choose(logits, keys, temperature, top_k, top_p)
             token = jnp.where(done, self._pad, token)
             out_tokens = out_tokens.at[:, step].set(token)

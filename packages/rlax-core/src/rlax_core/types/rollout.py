@@ -40,7 +40,10 @@ class Rollout(Record):
         default=None, description="Per token, log-probability under the untruncated policy."
     )
     finish_reason: Literal["stop", "length"] = Field(description="Why sampling ended.")
-    reward: float = Field(description="Scalar reward from the judge.")
+    reward: float | None = Field(
+        description="Scalar reward from the judge; None when it could not decide (a sandbox "
+        "error): such a sample is never trained on."
+    )
     verdict: Verdict | None = Field(default=None, description="The judge's full verdict.")
 
     @model_validator(mode="after")
@@ -67,3 +70,9 @@ class RolloutGroup(Record):
     worker_id: str = Field(description="The inference worker that produced it.")
     rollouts: tuple[Rollout, ...] = Field(min_length=1, description="The completions.")
     generation_s: float = Field(default=0.0, ge=0, description="Time spent sampling.")
+    logprob_gap: float | None = Field(
+        default=None,
+        ge=0,
+        description="Largest |sampler − teacher-forced| policy log-probability of the group, "
+        "checked by the worker with the same weights (the train/inference gap).",
+    )

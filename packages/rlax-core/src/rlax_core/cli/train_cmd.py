@@ -1,0 +1,71 @@
+"""``rlax train CONFIG``: run RL, in one process or as one role of a multi-process run."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from pathlib import Path
+
+from rlax_core.config.loading import load_run_config
+from rlax_core.errors import ConfigError
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Adds the ``train`` subcommand."""
+    sub = commands.add_parser(
+        "train",
+        help="run RL on a run config",
+        description="Run asynchronous, staleness-bounded RL. Without --role, everything "
+        "runs in this process (the embedded run). Ctrl-C stops after the current step "
+        "with a checkpoint; --resume continues.",
+    )
+    sub.add_argument("config", type=Path, help="YAML run config")
+    sub.add_argument("--run-dir", type=Path, help="run directory (default: runs/<run.name>)")
+    sub.add_argument("--resume", action="store_true", help="continue the run in the run directory")
+    sub.add_argument("--role", choices=["all", "trainer", "worker"], default="all",
+                     help="this process's part of a multi-process run")  # fmt: skip
+    sub.add_argument("--worker-id", default="worker-0", help="name of this worker (--role worker)")
+    sub.add_argument(
+        "--coordinator", help="jax.distributed coordinator HOST:PORT (multi-host trainer)"
+    )
+    sub.add_argument("--num-processes", type=int, help="jax.distributed process count")
+    sub.add_argument("--process-id", type=int, help="jax.distributed process id")
+    sub.add_argument("--no-progress", action="store_true", help="no progress display")
+    sub.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Loads the config, installs signal handlers and runs the role; 130 when stopped."""
+    config = load_run_config(args.config)
+    distributed = (args.coordinator, args.num_processes, args.process_id)
+    if any(v is not None for v in distributed):
+        if None in distributed:
+            raise ConfigError("--coordinator, --num-processes and --process-id go together")
+        import jax
+
+        jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+    from rlax_core.rl import roles  # imports JAX: after the config is known to be valid
+
+    stop = threading.Event()
+    stopped_by_signal: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopped_by_signal.append(signum)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    config_dir = args.config.resolve().parent
+    progress = not args.no_progress
+    if args.role == "worker":
+        roles.run_worker(config, config_dir, args.run_dir, worker_id=args.worker_id, stop=stop)
+    elif args.role == "trainer":
+        roles.run_trainer(config, config_dir, args.run_dir, resume=args.resume, stop=stop,
+                          progress=progress)  # fmt: skip
+    else:
+        roles.run_all(config, config_dir, args.run_dir, resume=args.resume, stop=stop,
+                      progress=progress)  # fmt: skip
+    if stopped_by_signal:
+        return 128 + stopped_by_signal[0]
+    return 0

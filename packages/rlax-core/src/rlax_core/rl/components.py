@@ -1,0 +1,137 @@
+"""Building a run's parts from its config: tokenizer, model, prompts, judge, transport.
+
+Shared by every role (the embedded run, the trainer process, worker processes), so each
+builds exactly the same model structure, prompt encoding and stop tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jax.sharding import Mesh
+
+from rlax_core.contracts.transport import Transport
+from rlax_core.contracts.verifier import Judge
+from rlax_core.data import PromptDataset, PromptMixture
+from rlax_core.errors import ConfigError
+from rlax_core.models import PRESETS, QwenConfig, init_model, load_pretrained
+from rlax_core.models.qwen import Qwen
+from rlax_core.models.sharding import MeshShape
+from rlax_core.models.tokenizer import Tokenizer
+from rlax_core.plugins.registry import BuildContext, Registry
+
+Prompt = tuple[str, list[int], dict[str, Any]]  # (example id, token ids, problem)
+
+
+def resolve(path: str, base_dir: Path) -> Path:
+    """A config path: absolute, or relative to the run config file's directory."""
+    candidate = Path(path).expanduser()
+    return candidate if candidate.is_absolute() else base_dir / candidate
+
+
+def tokenizer_dir(config: Any, base_dir: Path) -> Path:
+    """The directory of ``model.tokenizer`` (or the checkpoint's own tokenizer)."""
+    source = config.model.tokenizer or config.model.path
+    if source is None:
+        raise ConfigError(
+            "model.tokenizer is not set: a preset model needs a tokenizer directory "
+            "(tokenizer.json); set model.tokenizer"
+        )
+    return resolve(source, base_dir)
+
+
+def load_tokenizer(config: Any, base_dir: Path) -> Tokenizer:
+    """The tokenizer of the run (see :func:`tokenizer_dir`)."""
+    return Tokenizer.from_dir(tokenizer_dir(config, base_dir))
+
+
+def stop_token_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
+    """Tokens that end a completion: EOS, and Qwen's <|endoftext|> / <|im_end|>."""
+    ids = {tokenizer.eos_token_id}
+    for token in ("<|endoftext|>", "<|im_end|>"):
+        with contextlib.suppress(KeyError):
+            ids.add(tokenizer.token_id(token))
+    return tuple(sorted(i for i in ids if i is not None))
+
+
+def mesh_of(config: Any) -> Mesh | None:
+    """The trainer's mesh from ``trainer.mesh`` (None for a single device)."""
+    section = config.trainer.mesh
+    shape = MeshShape(data=section.data, fsdp=section.fsdp, tensor=section.tensor)
+    if shape.size == 1:
+        return None
+    try:
+        return shape.make()
+    except ValueError as exc:
+        raise ConfigError(f"trainer.mesh: {exc}") from None
+
+
+def build_model(config: Any, base_dir: Path, *, mesh: Mesh | None = None) -> Qwen:
+    """The policy: a checkpoint from ``model.path`` or a preset initialised with the seed."""
+    section = config.model
+    dtypes = dict(param_dtype=section.dtype, dtype=section.activation_dtype or section.dtype)
+    if section.path is not None:
+        return load_pretrained(
+            resolve(section.path, base_dir), mesh=mesh, remat=section.remat, **dtypes
+        )
+    model_config: QwenConfig = PRESETS[section.preset]()
+    model_config = dataclasses.replace(
+        model_config, **section.overrides, **dtypes, remat=section.remat
+    )
+    return init_model(model_config, seed=config.run.seed, mesh=mesh)
+
+
+def prompt_encoder(tokenizer: Tokenizer, chat_template: bool) -> Callable[[str], list[int]]:
+    """Prompt text → token ids, through the chat template when the config asks for it."""
+    if chat_template:
+        return lambda text: tokenizer.apply_chat_template([{"role": "user", "content": text}])
+    return tokenizer.encode
+
+
+def train_prompts(
+    config: Any, base_dir: Path, tokenizer: Tokenizer, *, seed: int | None = None
+) -> tuple[PromptMixture, Callable[[], Prompt]]:
+    """The training mixture and a function drawing its next encoded prompt."""
+    if config.data is None:
+        raise ConfigError("the run config has no data section: RL needs training prompts")
+    mixture = PromptMixture.from_section(
+        config.data, base_dir, seed=config.run.seed if seed is None else seed
+    )
+    encode = prompt_encoder(tokenizer, config.rollout.chat_template)
+
+    def next_prompt() -> Prompt:
+        example = mixture.next()
+        return example.example_id, encode(example.prompt), example.problem
+
+    return mixture, next_prompt
+
+
+def eval_prompts(config: Any, base_dir: Path, tokenizer: Tokenizer) -> list[Prompt]:
+    """The held-out prompts (``data.eval``), encoded; empty when none are configured."""
+    if config.data is None or config.data.eval is None:
+        return []
+    dataset = PromptDataset.load(config.data.eval, base_dir)
+    encode = prompt_encoder(tokenizer, config.rollout.chat_template)
+    return [
+        (ex.example_id, encode(ex.prompt), ex.problem)
+        for ex in (dataset[i] for i in range(len(dataset)))
+    ]
+
+
+def build_judge(registry: Registry, config: Any, run_dir: Path) -> Judge:
+    """The judge of ``verifier.judge`` (with its sandbox, for judges that run code)."""
+    if config.verifier is None:
+        raise ConfigError("the run config has no verifier section: RL needs a judge for rewards")
+    context = BuildContext(registry, run_config=config, run_dir=run_dir)
+    return registry.build("judge", config.verifier.judge, context)
+
+
+def build_transport(registry: Registry, config: Any, run_dir: Path) -> Transport:
+    """The transport of ``transport`` (in-process by default)."""
+    return registry.build(
+        "transport", config.transport, BuildContext(registry, run_config=config, run_dir=run_dir)
+    )

@@ -1,0 +1,252 @@
+"""The controller: issues prompt groups under the staleness bound and assembles batches.
+
+Accounting, the rules that keep an asynchronous run honest:
+
+* **In flight.** At most ``prompts_per_step × (k + 1)`` groups are issued but not yet
+  trained on. A group issued while the trainer is at version ``v`` asks for weights of
+  version ≥ ``v`` (``min_policy_version``), so it cannot arrive more than ``k`` versions
+  old unless a worker sat on it — and then the staleness check drops it.
+* **Staleness check.** A rollout group of version ``u`` is trained at version ``v`` only
+  if ``v − u ≤ k``; older ones are dropped, counted, and their slot refilled.
+* **At most once.** A group id that was already trained (or is already waiting) is a
+  duplicate and is dropped.
+* **Nothing lost.** Consumed rollouts stay leased until a checkpoint holding their
+  training is written (:meth:`acknowledge_trained`); groups in flight are part of the
+  checkpoint and re-issued on resume (the queues drop duplicates by id).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+from rlax_core.config.sections import RolloutSection, StalenessSection
+from rlax_core.config.training_sections import AlgorithmSection
+from rlax_core.contracts.queue import Queue
+from rlax_core.errors import LeaseExpiredError, RlaxError
+from rlax_core.rl.batch import has_signal
+from rlax_core.types.lease import Lease
+from rlax_core.types.rollout import PromptGroup, RolloutGroup
+
+# Held rollout leases are renewed for this long; checkpoints must come more often.
+HELD_LEASE_S = 3600.0
+
+
+@dataclass
+class Accounting:
+    """Counts across the run (checkpointed; logged every step)."""
+
+    issued: int = 0
+    trained: int = 0
+    dropped_stale: int = 0
+    dropped_no_signal: int = 0
+    duplicates: int = 0
+
+    def as_metrics(self) -> dict[str, float]:
+        """The counters as metrics."""
+        return {
+            "groups/issued": float(self.issued),
+            "groups/trained": float(self.trained),
+            "staleness/dropped": float(self.dropped_stale),
+            "groups/dropped_no_signal": float(self.dropped_no_signal),
+            "groups/duplicates": float(self.duplicates),
+        }
+
+
+@dataclass
+class _Waiting:
+    group: RolloutGroup
+    lease: Lease
+    prompt: PromptGroup  # what was issued, to re-issue it on resume
+
+
+class Controller:
+    """Issues prompt groups and turns arriving rollout groups into training batches.
+
+    Args:
+        next_prompt: returns the next (example id, prompt token ids, problem) to issue.
+        prompts / rollouts: the two queues.
+        rollout, staleness, algorithm: the run config's sections.
+    """
+
+    def __init__(
+        self,
+        next_prompt,
+        *,
+        prompts: Queue,
+        rollouts: Queue,
+        rollout: RolloutSection,
+        staleness: StalenessSection,
+        algorithm: AlgorithmSection,
+    ) -> None:
+        self._next_prompt = next_prompt
+        self._prompts = prompts
+        self._rollouts = rollouts
+        self._per_step = rollout.prompts_per_step
+        self._samples = rollout.samples_per_prompt
+        self._k = staleness.max_staleness
+        self._dynamic_sampling = algorithm.dynamic_sampling
+        self.next_index = 0
+        self.outstanding: dict[str, PromptGroup] = {}  # issued, not yet arrived
+        self.waiting: dict[str, _Waiting] = {}  # arrived, not yet trained
+        self.trained_ids: set[str] = set()
+        self.held: list[Lease] = []  # trained, acked after the next checkpoint
+        self.accounting = Accounting()
+
+    @property
+    def in_flight(self) -> int:
+        """Groups issued and not yet trained (outstanding + waiting)."""
+        return len(self.outstanding) + len(self.waiting)
+
+    def issue(self, version: int) -> int:
+        """Issues groups up to the in-flight limit; returns how many were issued."""
+        limit = self._per_step * (self._k + 1)
+        issued = 0
+        while self.in_flight < limit:
+            example_id, tokens, problem = self._next_prompt()
+            group = PromptGroup(
+                group_id=f"g{self.next_index:09d}",
+                prompt_id=example_id,
+                prompt_tokens=tuple(tokens),
+                problem=problem,
+                samples_per_prompt=self._samples,
+                min_policy_version=version,
+            )
+            self.next_index += 1
+            self._prompts.put(group.group_id, group.to_bytes())
+            self.outstanding[group.group_id] = group
+            self.accounting.issued += 1
+            issued += 1
+        return issued
+
+    def next_batch(
+        self,
+        version: int,
+        *,
+        timeout_s: float | None = None,
+        should_stop=None,
+    ) -> list[RolloutGroup] | None:
+        """Waits for ``prompts_per_step`` trainable groups and returns them in issue order.
+
+        Args:
+            version: the trainer's current policy version.
+            timeout_s: give up after this long without a batch (None: wait forever).
+            should_stop: a callable; when it returns True, return None.
+
+        Returns:
+            The groups, or None if stopped.
+
+        Raises:
+            RlaxError: ``timeout_s`` passed without enough rollouts (workers stuck or gone).
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            self._drop_stale(version)
+            if len(self.waiting) >= self._per_step:
+                return self._take(version)
+            self.issue(version)
+            if should_stop is not None and should_stop():
+                return None
+            if deadline is not None and time.monotonic() > deadline:
+                raise RlaxError(
+                    f"no batch after {timeout_s:.0f} s: {len(self.waiting)} of "
+                    f"{self._per_step} rollout groups arrived ({len(self.outstanding)} "
+                    "outstanding); are the inference workers running?"
+                )
+            lease = self._rollouts.get(HELD_LEASE_S, timeout=0.2)
+            if lease is not None:
+                self._receive(lease, version)
+
+    def _receive(self, lease: Lease, version: int) -> None:
+        group = RolloutGroup.from_bytes(lease.payload)
+        gid = group.group_id
+        if gid in self.trained_ids or gid in self.waiting or gid not in self.outstanding:
+            self.accounting.duplicates += 1
+            self._ack(lease)
+            return
+        prompt = self.outstanding.pop(gid)
+        if version - group.policy_version > self._k:
+            self.accounting.dropped_stale += 1
+            self._ack(lease)
+            return
+        if self._dynamic_sampling and not has_signal(group):
+            self.accounting.dropped_no_signal += 1
+            self._ack(lease)
+            return
+        self.waiting[gid] = _Waiting(group, lease, prompt)
+
+    def _drop_stale(self, version: int) -> None:
+        for gid in [
+            g for g, w in self.waiting.items() if version - w.group.policy_version > self._k
+        ]:
+            self.accounting.dropped_stale += 1
+            self._ack(self.waiting.pop(gid).lease)
+
+    def _take(self, version: int) -> list[RolloutGroup]:
+        chosen = sorted(self.waiting)[: self._per_step]  # issue order: deterministic batches
+        batch = []
+        for gid in chosen:
+            waiting = self.waiting.pop(gid)
+            batch.append(waiting.group)
+            self.held.append(waiting.lease)
+            self.trained_ids.add(gid)
+        self.accounting.trained += len(batch)
+        return batch
+
+    def staleness_metrics(self, batch: list[RolloutGroup], version: int) -> dict[str, float]:
+        """Staleness of a batch about to be trained at ``version``."""
+        ages = [version - g.policy_version for g in batch]
+        return {
+            "staleness/max": float(max(ages)),
+            "staleness/mean": float(sum(ages) / len(ages)),
+            "groups/in_flight": float(self.in_flight),
+        }
+
+    def renew_leases(self) -> None:
+        """Keeps held and waiting rollouts leased (call at least every HELD_LEASE_S / 2)."""
+        self.held = [self._extend(lease) for lease in self.held]
+        for waiting in self.waiting.values():
+            waiting.lease = self._extend(waiting.lease)
+
+    def acknowledge_trained(self) -> None:
+        """Acks the rollouts trained so far; call only after a checkpoint includes them."""
+        for lease in self.held:
+            self._ack(lease)
+        self.held = []
+
+    def state(self) -> dict:
+        """The controller's part of a checkpoint (JSON)."""
+        return {
+            "next_index": self.next_index,
+            "in_flight": [g.model_dump(mode="json") for g in self._in_flight_groups()],
+            "trained_ids": sorted(self.trained_ids),
+            "accounting": self.accounting.__dict__.copy(),
+        }
+
+    def restore(self, state: dict) -> None:
+        """Resumes from :meth:`state`: groups in flight are issued again (same ids)."""
+        self.next_index = state["next_index"]
+        self.trained_ids = set(state["trained_ids"])
+        self.accounting = Accounting(**state["accounting"])
+        for data in state["in_flight"]:
+            group = PromptGroup.model_validate(data)
+            self._prompts.put(group.group_id, group.to_bytes())  # a duplicate if still queued
+            self.outstanding[group.group_id] = group
+
+    def _in_flight_groups(self) -> list[PromptGroup]:
+        # An arrived group is re-issued on resume too: its rollouts may be lost with the
+        # process (in-process queues), and its id keeps a redelivered copy single.
+        groups = [*self.outstanding.values(), *(w.prompt for w in self.waiting.values())]
+        return sorted(groups, key=lambda g: g.group_id)
+
+    def _ack(self, lease: Lease) -> None:
+        # An expired lease is redelivered later, and dropped then as a duplicate.
+        with contextlib.suppress(LeaseExpiredError):
+            self._rollouts.ack(lease)
+
+    def _extend(self, lease: Lease) -> Lease:
+        try:
+            return self._rollouts.extend(lease, HELD_LEASE_S)
+        except LeaseExpiredError:
+            return lease

@@ -1,0 +1,272 @@
+"""The learner: recomputes log-probabilities, forms the loss, and steps the optimiser.
+
+One training step consumes one :class:`TrainBatch`. It is split into
+``minibatches_per_step`` optimiser updates, each accumulated over micro-batches of at
+most ``micro_batch_tokens`` tokens. Micro-batches use the whole mini-batch's loss
+normalisers, so accumulating their gradients gives exactly the mini-batch's gradient.
+
+The same jitted code runs on one device or on a mesh: parameters carry their shardings
+and micro-batches are split over the data-parallel axes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh
+
+from rlax_core.config.training_sections import AlgorithmSection, TrainerSection
+from rlax_core.models.logprobs import policy_log_softmax
+from rlax_core.models.params import flat_params
+from rlax_core.models.qwen import Qwen
+from rlax_core.models.sharding import batch_divisor, batch_sharding
+from rlax_core.rl.batch import TrainBatch
+from rlax_core.rl.losses import LossConfig, normalizers, policy_objective
+from rlax_core.rl.optimizer import learning_rate_schedule, make_optimizer
+
+# Metrics combined by maximum across micro- and mini-batches; all others are sums of
+# batch-normalised parts (micro-batches) and then means (mini-batches).
+_MAX_METRICS = ("is_weight/max", "logprob_gap/trainer_max", "logprob_gap/stale_max")
+
+
+class Learner:
+    """Holds the policy's parameters and optimiser state and trains them.
+
+    Args:
+        model: the policy (its parameters are taken over; their shardings kept).
+        trainer: optimiser and batching settings.
+        algorithm: the objective.
+        temperature: the sampling temperature of the rollouts (log-probabilities are
+            computed under ``softmax(logits / T)``, like the sampler's).
+        max_new_tokens: the completion limit (for the ``fixed_length`` aggregation).
+        mesh: the device mesh the parameters live on, if any.
+        reference: a frozen reference policy for the KL penalty.
+    """
+
+    def __init__(
+        self,
+        model: Qwen,
+        *,
+        trainer: TrainerSection,
+        algorithm: AlgorithmSection,
+        temperature: float,
+        max_new_tokens: int,
+        mesh: Mesh | None = None,
+        reference: Qwen | None = None,
+    ) -> None:
+        self.config = model.config
+        self.trainer = trainer
+        self.graphdef, self.params = nnx.split(model)
+        self.mesh = mesh
+        self.temperature = float(temperature)
+        total_updates = trainer.total_steps * trainer.minibatches_per_step
+        self.tx = make_optimizer(trainer, total_updates)
+        self.schedule = learning_rate_schedule(trainer, total_updates)
+        self.opt_state = jax.jit(self.tx.init)(self.params)
+        self.updates = 0
+        self.loss_config = LossConfig(
+            loss=algorithm.loss,
+            aggregation=algorithm.aggregation,
+            clip_low=algorithm.clip_low,
+            clip_high=algorithm.clip_high,
+            importance_ratio_cap=algorithm.importance_ratio_cap,
+            kl_coef=algorithm.kl_coef,
+            kl_estimator=algorithm.kl_estimator,
+            entropy_coef=algorithm.entropy_coef,
+            max_new_tokens=max_new_tokens,
+        )
+        self.reference_params = nnx.split(reference)[1] if reference is not None else None
+        self._micro = jax.jit(self._micro_step)
+        self._logprobs = jax.jit(self._token_logprobs)
+        self._add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
+        self._apply = jax.jit(self._apply_update, donate_argnums=(0, 1))
+
+    # -- the public surface --
+
+    @property
+    def model(self) -> Qwen:
+        """The current policy as a model."""
+        return nnx.merge(self.graphdef, self.params)
+
+    def flat_params(self) -> dict[str, jax.Array]:
+        """name → array of the current parameters (what the parameter store publishes)."""
+        return flat_params(self.model)
+
+    def train_step(self, batch: TrainBatch, version: int) -> dict[str, float]:
+        """One training step: ``minibatches_per_step`` optimiser updates on ``batch``.
+
+        Args:
+            batch: the step's sequences.
+            version: the policy version of the current parameters (for the log-prob gap:
+                rollouts of this version must match the trainer's log-probabilities).
+
+        Returns:
+            Scalar metrics of the step.
+        """
+        n = batch.num_sequences
+        order = np.arange(n)
+        minibatches = np.array_split(order, min(self.trainer.minibatches_per_step, n))
+        prox = None
+        if len(minibatches) > 1:  # the proximal policy: the weights before the first update
+            prox = self._batched_logprobs(batch, self.params)
+        reference = None
+        if self.reference_params is not None:
+            reference = self._batched_logprobs(batch, self.reference_params)
+        step_metrics: list[dict[str, float]] = []
+        for rows in minibatches:
+            step_metrics.append(self._update(batch, rows, version, prox, reference))
+        return _combine(step_metrics, mean=True)
+
+    def state(self) -> dict[str, Any]:
+        """The pytree a checkpoint saves (parameters, optimiser state, reference)."""
+        state = {"params": self.params, "opt_state": self.opt_state}
+        if self.reference_params is not None:
+            state["reference"] = self.reference_params
+        return state
+
+    def restore(self, state: Mapping[str, Any], updates: int) -> None:
+        """Takes over a checkpoint's pytree (see :meth:`state`)."""
+        self.params = state["params"]
+        self.opt_state = state["opt_state"]
+        if "reference" in state:
+            self.reference_params = state["reference"]
+        self.updates = updates
+
+    # -- internals --
+
+    def _micro_size(self, length: int, rows: int) -> int:
+        size = max(1, self.trainer.micro_batch_tokens // length)
+        size = 1 << (size.bit_length() - 1)  # powers of two: bounded compilations
+        size = min(size, 1 << max(0, (rows - 1).bit_length()))  # no more rows than needed
+        divisor = batch_divisor(self.mesh) if self.mesh is not None else 1
+        return -(-size // divisor) * divisor
+
+    def _micro_arrays(self, batch: TrainBatch, rows: np.ndarray, size: int, extra: dict) -> dict:
+        def take(array: np.ndarray) -> np.ndarray:
+            out = np.zeros((size, *array.shape[1:]), array.dtype)
+            out[: len(rows)] = array[rows]
+            return out
+
+        arrays = {
+            "tokens": take(batch.tokens),
+            "valid": take(batch.valid),
+            "loss_mask": take(batch.loss_mask),
+            "behaviour": take(batch.behaviour_logprobs),
+            "sampler": take(batch.sampler_logprobs),
+            "advantages": take(batch.advantages),
+            "versions": take(batch.versions),
+        }
+        arrays.update({k: take(v) for k, v in extra.items() if v is not None})
+        if self.mesh is not None:
+            arrays = {
+                k: jax.device_put(v, batch_sharding(self.mesh, v.ndim)) for k, v in arrays.items()
+            }
+        return arrays
+
+    def _chunks(self, rows: np.ndarray, length: int) -> tuple[list[np.ndarray], int]:
+        size = self._micro_size(length, len(rows))
+        return [rows[i : i + size] for i in range(0, len(rows), size)], size
+
+    def _update(
+        self,
+        batch: TrainBatch,
+        rows: np.ndarray,
+        version: int,
+        prox: np.ndarray | None,
+        reference: np.ndarray | None,
+    ) -> dict[str, float]:
+        norms = normalizers(batch.loss_mask[rows], self.loss_config.max_new_tokens)
+        chunks, size = self._chunks(rows, batch.tokens.shape[1])
+        grads = None
+        parts = []
+        for chunk in chunks:
+            arrays = self._micro_arrays(batch, chunk, size, {"prox": prox, "reference": reference})
+            g, metrics = self._micro(self.params, arrays, norms, jnp.int32(version))
+            grads = g if grads is None else self._add(grads, g)
+            parts.append(metrics)
+        learning_rate = float(self.schedule(self.updates))
+        self.params, self.opt_state, grad_norm = self._apply(self.params, self.opt_state, grads)
+        self.updates += 1
+        metrics = _combine(jax.device_get(parts), mean=False)
+        metrics["grad_norm"] = float(grad_norm)
+        metrics["learning_rate"] = learning_rate
+        return metrics
+
+    def _token_logprobs(self, params: nnx.State, tokens: jax.Array, valid: jax.Array) -> jax.Array:
+        logits = nnx.merge(self.graphdef, params)(tokens, valid)[:, :-1]
+        log_probs = policy_log_softmax(logits, self.temperature)
+        return jnp.take_along_axis(log_probs, tokens[:, 1:, None], axis=-1)[..., 0]
+
+    def _batched_logprobs(self, batch: TrainBatch, params: nnx.State) -> np.ndarray:
+        chunks, size = self._chunks(np.arange(batch.num_sequences), batch.tokens.shape[1])
+        out = np.zeros(batch.loss_mask.shape, np.float32)
+        for chunk in chunks:
+            arrays = self._micro_arrays(batch, chunk, size, {})
+            values = self._logprobs(params, arrays["tokens"], arrays["valid"])
+            out[chunk] = np.asarray(values)[: len(chunk)]
+        return out
+
+    def _micro_step(
+        self, params: nnx.State, arrays: dict, norms: dict, version: jax.Array
+    ) -> tuple[nnx.State, dict]:
+        cfg = self.loss_config
+
+        def loss_fn(params: nnx.State) -> tuple[jax.Array, dict]:
+            logits = nnx.merge(self.graphdef, params)(arrays["tokens"], arrays["valid"])[:, :-1]
+            log_probs = policy_log_softmax(logits, self.temperature)
+            targets = arrays["tokens"][:, 1:, None]
+            logp = jnp.take_along_axis(log_probs, targets, axis=-1)[..., 0]
+            entropy = -(jnp.exp(log_probs) * log_probs).sum(axis=-1)
+            prox = arrays.get("prox", jax.lax.stop_gradient(logp))
+            loss, metrics = policy_objective(
+                logp,
+                prox,
+                arrays["behaviour"],
+                arrays["advantages"],
+                arrays["loss_mask"],
+                cfg,
+                ref=arrays.get("reference"),
+                entropy=entropy,
+                batch_normalizers=norms,
+            )
+            # The train/inference gap on the trainer's side: rollouts sampled with the
+            # current weights must agree with the trainer's log-probabilities (within
+            # 1e-5 in fp32). Older rollouts measure how far the policy moved instead.
+            sampled = arrays["sampler"]
+            usable = arrays["loss_mask"] & jnp.isfinite(sampled)
+            gap = jnp.where(usable, jnp.abs(jax.lax.stop_gradient(logp) - sampled), -1.0)
+            on_policy = arrays["versions"][:, None] == version
+            # −1 marks "no such token in this micro-batch" (made NaN when combined).
+            metrics["logprob_gap/trainer_max"] = jnp.where(on_policy, gap, -1.0).max()
+            metrics["logprob_gap/stale_max"] = jnp.where(on_policy, -1.0, gap).max()
+            return loss, metrics
+
+        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        return grads, metrics
+
+    def _apply_update(
+        self, params: nnx.State, opt_state: optax.OptState, grads: nnx.State
+    ) -> tuple[nnx.State, optax.OptState, jax.Array]:
+        updates, opt_state = self.tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, optax.tree.norm(grads)
+
+
+def _combine(parts: list[dict], *, mean: bool) -> dict[str, float]:
+    """Sums (micro-batches) or averages (mini-batches) metrics; maxima stay maxima."""
+    keys = {k for part in parts for k in part}
+    combined = {}
+    for key in keys:
+        values = [float(part[key]) for part in parts if key in part]
+        if key in _MAX_METRICS:
+            combined[key] = max(values)
+            if combined[key] < 0:
+                combined[key] = float("nan")
+        else:
+            combined[key] = sum(values) / (len(values) if mean else 1)
+    return combined

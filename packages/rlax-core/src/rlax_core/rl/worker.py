@@ -1,0 +1,224 @@
+"""The inference worker: lease prompt groups, sample with fresh-enough weights, judge, send.
+
+A worker is stateless: everything it holds can be lost at any moment. A prompt group is
+leased, so a group held by a worker that dies goes back to the queue; rollouts are sent
+under the group's id, so a group produced twice is delivered once; the sampling seed of
+every completion is derived from (run seed, group id, sample index), so a group
+regenerated with the same weights gives the same completions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+
+from rlax_core.config.sections import RolloutSection, StalenessSection
+from rlax_core.contracts.parameter_store import ParameterStore
+from rlax_core.contracts.queue import Queue
+from rlax_core.contracts.verifier import Judge
+from rlax_core.errors import LeaseExpiredError, TransportClosedError, VersionNotFoundError
+from rlax_core.generate import Sampler, SamplingParams
+from rlax_core.models.params import replace_params
+from rlax_core.models.qwen import Qwen
+from rlax_core.models.tokenizer import Tokenizer
+from rlax_core.types.lease import Lease
+from rlax_core.types.rollout import PromptGroup, Rollout, RolloutGroup
+
+POLL_S = 0.2
+
+
+def sample_seed(run_seed: int, group_id: str, sample: int) -> int:
+    """The sampling seed of one completion: stable across processes and restarts."""
+    digest = hashlib.blake2b(f"{run_seed}/{group_id}/{sample}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
+
+
+class InferenceWorker:
+    """One worker's loop; run it in a thread (embedded run) or as its own process.
+
+    Args:
+        worker_id: name in rollouts and status files.
+        model: the policy's structure (and initial weights, replaced by the store's).
+        tokenizer: decodes completions for the judge.
+        judge: decides rewards.
+        store: where weights are pulled from.
+        prompts / rollouts: the two queues.
+        rollout: sampling settings.
+        staleness: ``pull_every``.
+        seed: the run's seed.
+        stop_token_ids: tokens that end a completion.
+        check_logprob_gap: score every batch by teacher forcing and report the worst
+            train/inference log-probability gap with the rollouts.
+    """
+
+    def __init__(
+        self,
+        worker_id: str,
+        *,
+        model: Qwen,
+        tokenizer: Tokenizer,
+        judge: Judge,
+        store: ParameterStore,
+        prompts: Queue,
+        rollouts: Queue,
+        rollout: RolloutSection,
+        staleness: StalenessSection,
+        seed: int,
+        stop_token_ids: tuple[int, ...],
+        check_logprob_gap: bool = True,
+    ) -> None:
+        self.worker_id = worker_id
+        self._check_gap = check_logprob_gap
+        self._model = model
+        self._sampler = Sampler(model, pad_token_id=tokenizer.pad_token_id or 0)
+        self._tokenizer = tokenizer
+        self._judge = judge
+        self._store = store
+        self._prompts = prompts
+        self._rollouts = rollouts
+        self._cfg = rollout
+        self._pull_every = staleness.pull_every
+        self._seed = seed
+        self._sampling = SamplingParams(
+            max_new_tokens=rollout.max_new_tokens,
+            temperature=rollout.temperature,
+            top_k=rollout.top_k,
+            top_p=rollout.top_p,
+            stop_token_ids=stop_token_ids,
+        )
+        self.version: int | None = None
+        self.groups_done = 0
+        self.samples_done = 0
+        self.busy_s = 0.0
+
+    def run(
+        self, stop: threading.Event, on_error: Callable[[BaseException], None] | None = None
+    ) -> None:
+        """Works until ``stop`` is set or the transport closes."""
+        try:
+            while not stop.is_set():
+                self.step(stop)
+        except TransportClosedError:
+            return
+        except BaseException as exc:
+            if on_error is None:
+                raise
+            on_error(exc)
+
+    def step(self, stop: threading.Event | None = None) -> bool:
+        """Samples one batch of leased groups; False if none arrived within the poll."""
+        leases = self._lease_batch()
+        if not leases:
+            return False
+        started = time.monotonic()
+        groups = [PromptGroup.from_bytes(lease.payload) for lease in leases]
+        if not self._ensure_weights(max(g.min_policy_version for g in groups), stop):
+            for lease in leases:
+                self._prompts.nack(lease)
+            return False
+        version = self.version
+        renewed = [(g, self._renew(lease)) for g, lease in zip(groups, leases, strict=True)]
+        kept = [(g, lease) for g, lease in renewed if lease is not None]
+        if not kept:
+            return True
+        groups, leases = [g for g, _ in kept], [lease for _, lease in kept]
+        prompts, seeds, problems = [], [], []
+        for group in groups:
+            for j in range(group.samples_per_prompt):
+                prompts.append(list(group.prompt_tokens))
+                seeds.append(sample_seed(self._seed, group.group_id, j))
+                problems.append(group.problem)
+        out = self._sampler.generate(prompts, self._sampling, seed=seeds)
+        gaps = self._gaps(prompts, out) if self._check_gap else [None] * len(prompts)
+        texts = [self._tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
+        verdicts = self._judge.judge(problems, texts)
+        generation_s = time.monotonic() - started
+        row = 0
+        for group, lease in zip(groups, leases, strict=True):
+            rollouts = []
+            for j in range(group.samples_per_prompt):
+                verdict = verdicts[row]
+                rollouts.append(
+                    Rollout(
+                        rollout_id=f"{group.group_id}/{j}",
+                        completion_tokens=tuple(out.tokens[row]),
+                        behaviour_logprobs=tuple(out.behaviour_logprobs[row]),
+                        policy_logprobs=tuple(out.policy_logprobs[row]),
+                        finish_reason=out.finish_reasons[row],
+                        reward=verdict.reward,
+                        verdict=verdict,
+                    )
+                )
+                row += 1
+            group_gaps = [g for g in gaps[row - group.samples_per_prompt : row] if g is not None]
+            result = RolloutGroup(
+                group_id=group.group_id,
+                prompt_id=group.prompt_id,
+                prompt_tokens=group.prompt_tokens,
+                policy_version=version,
+                worker_id=self.worker_id,
+                rollouts=tuple(rollouts),
+                generation_s=generation_s,
+                logprob_gap=max(group_gaps) if group_gaps else None,
+            )
+            self._rollouts.put(group.group_id, result.to_bytes())
+            # An expired lease went to another worker meanwhile; its copy is dropped by id.
+            with contextlib.suppress(LeaseExpiredError):
+                self._prompts.ack(lease)
+        self.groups_done += len(groups)
+        self.samples_done += len(prompts)
+        self.busy_s += time.monotonic() - started
+        return True
+
+    def _gaps(self, prompts: list[list[int]], out) -> list[float | None]:
+        """Per completion, the worst gap between sampled and teacher-forced log-probs."""
+        scored = self._sampler.score(prompts, out.tokens, self._sampling.temperature)
+        return [
+            max((abs(a - b) for a, b in zip(s, p, strict=True)), default=None)
+            for s, p in zip(scored, out.policy_logprobs, strict=True)
+        ]
+
+    def _renew(self, lease: Lease) -> Lease | None:
+        """The lease renewed for a full generation, or None if it already ended."""
+        try:
+            return self._prompts.extend(lease, self._cfg.lease_s)
+        except LeaseExpiredError:
+            return None  # waiting for weights took too long: the group went to another worker
+
+    def _lease_batch(self) -> list[Lease]:
+        first = self._prompts.get(self._cfg.lease_s, timeout=POLL_S)
+        if first is None:
+            return []
+        leases = [first]
+        while len(leases) < self._cfg.groups_per_batch:
+            more = self._prompts.get(self._cfg.lease_s, timeout=0)
+            if more is None:
+                break
+            leases.append(more)
+        return leases
+
+    def _ensure_weights(self, needed: int, stop: threading.Event | None) -> bool:
+        """Pulls the newest weights if ours are older than ``needed`` or ``pull_every`` behind."""
+        latest = self._store.latest()
+        current = self.version
+        if (
+            current is not None
+            and current >= needed
+            and (latest is None or latest.version - current < self._pull_every)
+        ):
+            return True
+        while latest is None or latest.version < needed:
+            if stop is not None and stop.is_set():
+                return False
+            latest = self._store.wait_for_newer(needed - 1, timeout=POLL_S * 5)
+        try:
+            fetched = self._store.fetch(latest.version)
+        except VersionNotFoundError:  # evicted meanwhile: a newer one exists
+            return self._ensure_weights(needed, stop)
+        self._model = replace_params(self._model, fetched.arrays)
+        self._sampler.set_model(self._model)
+        self.version = latest.version
+        return True

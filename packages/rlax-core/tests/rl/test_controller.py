@@ -1,0 +1,157 @@
+"""The controller's accounting, against the real in-process queues."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from rlax_core.config.sections import RolloutSection, StalenessSection
+from rlax_core.config.training_sections import AlgorithmSection
+from rlax_core.errors import RlaxError
+from rlax_core.rl.controller import Controller
+from rlax_core.transport.inproc import InProcTransport
+from rlax_core.types import PromptGroup, Rollout, RolloutGroup
+
+
+def _controller(
+    transport: InProcTransport, *, k: int, per_step: int = 2, dynamic: bool = False
+) -> Controller:
+    counter = itertools.count()
+
+    def next_prompt():
+        i = next(counter)
+        return f"ex{i}", [1, 2, i % 50 + 3], {"kind": "math", "answer": str(i)}
+
+    return Controller(
+        next_prompt,
+        prompts=transport.queue("prompts"),
+        rollouts=transport.queue("rollouts"),
+        rollout=RolloutSection(prompts_per_step=per_step, samples_per_prompt=2),
+        staleness=StalenessSection(max_staleness=k, pull_every=1),
+        algorithm=AlgorithmSection(dynamic_sampling=dynamic),
+    )
+
+
+def _answer(transport: InProcTransport, version: int, rewards=(1.0, 0.0), only=None) -> list[str]:
+    """Plays an inference worker: answers every queued prompt group with ``version``."""
+    prompts, rollouts, done = transport.queue("prompts"), transport.queue("rollouts"), []
+    while (lease := prompts.get(30.0, timeout=0)) is not None:
+        group = PromptGroup.from_bytes(lease.payload)
+        if only is not None and group.group_id not in only:
+            prompts.nack(lease)
+            break
+        result = RolloutGroup(
+            group_id=group.group_id, prompt_id=group.prompt_id, prompt_tokens=group.prompt_tokens,
+            policy_version=version, worker_id="w",
+            rollouts=tuple(
+                Rollout(rollout_id=f"{group.group_id}/{j}", completion_tokens=(5,),
+                        behaviour_logprobs=(-0.5,), finish_reason="stop", reward=r)
+                for j, r in enumerate(rewards)
+            ),
+        )  # fmt: skip
+        rollouts.put(group.group_id, result.to_bytes())
+        prompts.ack(lease)
+        done.append(group.group_id)
+    return done
+
+
+def test_synchronous_run_issues_one_step_and_trains_it_in_order() -> None:
+    transport = InProcTransport()
+    controller = _controller(transport, k=0)
+    assert controller.issue(version=0) == 2
+    assert controller.issue(version=0) == 0  # in flight is capped at prompts_per_step × (k + 1)
+    assert _answer(transport, version=0) == ["g000000000", "g000000001"]
+    batch = controller.next_batch(0, timeout_s=5)
+    assert [g.group_id for g in batch] == ["g000000000", "g000000001"]
+    assert controller.staleness_metrics(batch, 0)["staleness/max"] == 0.0
+    assert controller.accounting.trained == 2
+
+
+def test_asynchronous_run_keeps_k_plus_one_steps_in_flight() -> None:
+    transport = InProcTransport()
+    controller = _controller(transport, k=2)
+    assert controller.issue(version=5) == 6
+    groups = [
+        PromptGroup.from_bytes(transport.queue("prompts").get(30.0).payload) for _ in range(6)
+    ]
+    assert {g.min_policy_version for g in groups} == {5}
+
+
+def test_stale_rollouts_are_dropped_counted_and_refilled() -> None:
+    transport = InProcTransport()
+    controller = _controller(transport, k=1)
+    controller.issue(version=3)
+    _answer(transport, version=1)  # a worker that sat on old weights: 2 versions old at 3
+    with pytest.raises(RlaxError, match="no batch"):
+        controller.next_batch(3, timeout_s=0.5)
+    assert controller.accounting.dropped_stale == 4
+    assert controller.in_flight == 4  # refilled
+    _answer(transport, version=3)
+    batch = controller.next_batch(3, timeout_s=5)
+    assert all(g.policy_version == 3 for g in batch)
+
+
+def test_waiting_groups_that_become_too_old_are_dropped() -> None:
+    transport = InProcTransport()
+    controller = _controller(transport, k=1, per_step=2)
+    controller.issue(version=0)
+    _answer(transport, version=0)
+    controller.next_batch(0, timeout_s=5)  # trains 2 of the 4 groups; 2 are still queued
+    with pytest.raises(RlaxError, match="no batch"):
+        controller.next_batch(2, timeout_s=0.5)  # at version 2 they are 2 versions old
+    assert controller.accounting.dropped_stale == 2
+
+
+def test_a_group_is_trained_at_most_once() -> None:
+    transport = InProcTransport()
+    controller = _controller(transport, k=0, per_step=1)
+    controller.issue(version=0)
+    gid = _answer(transport, version=0)[0]
+    batch = controller.next_batch(0, timeout_s=5)
+    # The same rollouts arrive again (a worker whose lease expired finished anyway).
+    again = RolloutGroup.model_validate({**batch[0].model_dump(), "worker_id": "other"})
+    transport.queue("rollouts").put(gid + "-copy", again.to_bytes())
+    controller.issue(version=1)
+    _answer(transport, version=1)
+    batch = controller.next_batch(1, timeout_s=5)
+    assert batch[0].group_id != gid
+    assert controller.accounting.duplicates == 1
+
+
+def test_dynamic_sampling_drops_groups_without_signal() -> None:
+    transport = InProcTransport()
+    controller = _controller(transport, k=0, dynamic=True)
+    controller.issue(version=0)
+    _answer(transport, version=0, rewards=(1.0, 1.0))
+    with pytest.raises(RlaxError, match="no batch"):
+        controller.next_batch(0, timeout_s=0.5)
+    assert controller.accounting.dropped_no_signal == 2
+    _answer(transport, version=0, rewards=(0.0, 1.0))
+    assert len(controller.next_batch(0, timeout_s=5)) == 2
+
+
+def test_trained_rollouts_stay_leased_until_acknowledged() -> None:
+    transport = InProcTransport()
+    controller = _controller(transport, k=0)
+    controller.issue(version=0)
+    _answer(transport, version=0)
+    controller.next_batch(0, timeout_s=5)
+    assert transport.queue("rollouts").stats().leased == 2
+    controller.acknowledge_trained()
+    assert transport.queue("rollouts").stats().leased == 0
+
+
+def test_state_round_trip_reissues_groups_in_flight() -> None:
+    transport = InProcTransport()
+    controller = _controller(transport, k=1)
+    controller.issue(version=0)
+    _answer(transport, version=0, only={"g000000000"})  # one answered, three outstanding
+    state = controller.state()
+    assert state["next_index"] == 4
+    fresh_transport = InProcTransport()  # the old process and its queues are gone
+    resumed = _controller(fresh_transport, k=1)
+    resumed.restore(state)
+    assert resumed.in_flight == 4
+    assert sorted(_answer(fresh_transport, version=0)) == [f"g00000000{i}" for i in range(4)]
+    assert resumed.issue(version=0) == 0
