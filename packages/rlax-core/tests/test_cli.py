@@ -58,7 +58,7 @@ def test_every_command_is_built() -> None:
         assert command in result.stdout
 
 
-def test_train_refuses_a_bad_config_before_starting(tmp_path, capsys) -> None:  # noqa: ANN001
+def test_train_refuses_a_bad_config_before_starting(tmp_path, capsys) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("rollout:\n  prompts_per_step: 0\n")
     assert main(["train", str(bad), "--run-dir", str(tmp_path / "run")]) == 2
