@@ -1,0 +1,152 @@
+"""The RL loop over the networked transports: only ``transport.type`` changes.
+
+Each run is three real processes, as the launchers start them: the transport server
+(``rlax serve param-server``), the trainer (``rlax train --role trainer``) and one
+inference worker (``rlax train --role worker``). The same short config also runs in one
+process with the transport's clients in threads (``rlax train``).
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlax_core.rl.metrics_log import read_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "examples" / "quickstart"
+STEPS = 4
+
+pytestmark = [pytest.mark.slow, pytest.mark.network, pytest.mark.distributed]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _transport(kind: str, tmp_path: Path) -> dict:
+    port = _free_port()
+    if kind == "nats":
+        return {"type": "nats", "servers": [f"nats://127.0.0.1:{port}"],
+                "server": {"store_dir": str(tmp_path / "nats-store")}}  # fmt: skip
+    return {"type": "grpc", "address": f"127.0.0.1:{port}",
+            "server": {"state_dir": str(tmp_path / "grpc-state")}}  # fmt: skip
+
+
+def _config(tmp_path: Path, kind: str) -> Path:
+    dataset = {"prompt_template": "{question}", "answer_field": "answer", "id_field": "id"}
+    config = {
+        "run": {"name": f"over-{kind}", "seed": 3},
+        "model": {
+            "preset": "tiny",
+            "overrides": {
+                "num_layers": 1,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_heads": 2,
+                "num_kv_heads": 1,
+            },
+            "tokenizer": str(QUICKSTART / "tokenizer"),
+        },
+        "data": {
+            "train": [{"path": str(QUICKSTART / "data" / "train.jsonl"), **dataset}],
+            "eval": {"path": str(QUICKSTART / "data" / "eval.jsonl"), **dataset},
+        },
+        "rollout": {
+            "prompts_per_step": 4,
+            "samples_per_prompt": 4,
+            "max_new_tokens": 5,
+            "groups_per_batch": 4,
+            "lease_s": 60,
+        },
+        "staleness": {"max_staleness": 1},
+        "trainer": {"total_steps": STEPS, "learning_rate": 1e-3},
+        "eval": {"every_steps": 0, "samples_per_prompt": 2, "ks": [1, 2], "max_prompts": 8},
+        "checkpoint": {"every_steps": 2},
+        "transport": _transport(kind, tmp_path),
+        "verifier": {"judge": {"type": "math"}},
+    }
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _rlax(*args: str | Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlax_core.cli", *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _serve(config: Path) -> subprocess.Popen:
+    server = _rlax("serve", "param-server", "--config", config)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = server.stdout.readline()
+        if line.startswith("serving"):
+            return server
+        if server.poll() is not None:
+            pytest.fail(f"rlax serve exited {server.returncode}: {server.stderr.read()[-3000:]}")
+    server.kill()
+    pytest.fail("rlax serve did not start within 60 s")
+
+
+def _finished(process: subprocess.Popen, timeout: float = 900) -> None:
+    _, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, f"exit {process.returncode}:\n{err[-4000:]}"
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _check(run_dir: Path) -> None:
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(STEPS + 1))
+    assert all(r["staleness/max"] <= 1 for r in rows[1:])
+    assert rows[-1]["groups/trained"] == STEPS * 4
+    assert (run_dir / "final" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("kind", ["nats", "grpc"])
+def test_trainer_and_worker_processes_over_the_transport(tmp_path: Path, kind: str) -> None:
+    config = _config(tmp_path, kind)
+    server = _serve(config)
+    run_dir = tmp_path / "run"
+    worker = _rlax("train", config, "--run-dir", run_dir, "--role", "worker", "--worker-id", "w0")
+    try:
+        trainer = _rlax("train", config, "--run-dir", run_dir, "--role", "trainer", "--no-progress")
+        _finished(trainer)
+        _check(run_dir)
+        # A worker is stopped the way a scheduler reclaims it: SIGTERM, and it exits cleanly.
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) in (0, 128 + signal.SIGTERM), worker.stderr.read()[-3000:]
+    finally:
+        _stop(worker)
+        _stop(server)
+
+
+@pytest.mark.parametrize("kind", ["nats", "grpc"])
+def test_the_embedded_run_over_the_transport(tmp_path: Path, kind: str) -> None:
+    config = _config(tmp_path, kind)
+    server = _serve(config)
+    try:
+        _finished(_rlax("train", config, "--run-dir", tmp_path / "run", "--no-progress"))
+        _check(tmp_path / "run")
+    finally:
+        _stop(server)
