@@ -74,3 +74,22 @@ def test_the_shipped_suites_run_quickly(tmp_path: Path) -> None:
     )
     results = json.loads(out.read_text())["results"]
     assert all(r["subject"] > 0 and r["baseline"] > 0 for r in results)
+
+
+def test_the_rl_suite_runs_quickly(tmp_path: Path) -> None:
+    """`rlax bench rl --quick`: embedded runs at k = 0 and 1, figures from their metrics."""
+    repo = Path(__file__).resolve().parents[3]
+    out = tmp_path / "rl.json"
+    args = ["bench", "rl", "--quick", "--dir", str(repo / "benchmarks"), "--out", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    names = [r["name"] for r in report["results"]]
+    assert names == [
+        "end-to-end samples/s, k=1",
+        "end-to-end samples/s, ideal overlap",
+        "trainer tokens/s, k=1",
+    ]
+    assert all(r["subject"] > 0 and r["baseline"] > 0 for r in report["results"])
+    per_k = report["notes"]["per_k"]
+    assert per_k["0"]["staleness_max"] == 0 and per_k["1"]["staleness_max"] <= 1
+    assert 1.0 <= report["notes"]["ideal_speedup"] <= 2.0
