@@ -1,4 +1,4 @@
-"""A fetch into destination buffers holds a few chunks at most besides them."""
+"""A fetch into destination buffers holds two chunks at most besides them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rlax_transport_grpc.testing import ServeProcess
 pytestmark = pytest.mark.network
 
 
-def test_fetch_into_buffers_holds_at_most_three_chunks(grpc_server: ServeProcess) -> None:
+def test_fetch_into_buffers_holds_at_most_two_chunks(grpc_server: ServeProcess) -> None:
     chunk = 1 << 20  # the session server's chunk_mb
     params = {f"w{i}": np.full(8 << 20, i, np.uint8) for i in range(4)}  # 32 MiB
     out = {name: np.empty_like(array) for name, array in params.items()}
@@ -27,7 +27,10 @@ def test_fetch_into_buffers_holds_at_most_three_chunks(grpc_server: ServeProcess
             peak = tracemalloc.get_traced_memory()[1] - before
         finally:
             tracemalloc.stop()
-    # One chunk is being copied; gRPC has received up to two more (its read-ahead).
-    assert peak <= 3 * chunk + (256 << 10), f"{peak / chunk:.1f} chunks besides the buffers"
+    # gRPC's Python receive path builds each message in a bytearray and copies it into
+    # bytes, so the chunk being received exists twice for a moment; nothing else is held
+    # (the previous chunk is released before the next is read: the fetch stream is read
+    # on the caller's thread, see channel.py).
+    assert peak <= 2 * chunk + (256 << 10), f"{peak / chunk:.1f} chunks besides the buffers"
     for name, array in params.items():
         np.testing.assert_array_equal(out[name], array)

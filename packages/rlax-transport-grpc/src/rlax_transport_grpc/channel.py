@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
+import grpc.experimental
 
 from rlax_core.errors import (
     ChecksumMismatchError,
@@ -57,7 +58,13 @@ class GrpcChannel:
         self.config = config
         self.address = config.address
         self._closed = False
-        options = channel_options(config)
+        # Server streams (fetch, watch) are read on the calling thread rather than through
+        # gRPC's channel spin thread: no thread hop per chunk, and no received chunk is
+        # kept alive by that thread while the next one arrives.
+        options = [
+            *channel_options(config),
+            (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
+        ]
         if config.tls_ca_file is not None:
             try:
                 root = config.tls_ca_file.read_bytes()

@@ -4,8 +4,8 @@ Publish streams the manifest and then every chunk in one client-streaming call; 
 server makes the version visible only when the stream ended and every checksum
 matched. Fetch reads the manifest, then streams the chunks straight into the
 destination arrays (one chunk at a time is held beyond them) and verifies each
-tensor's checksum end to end. Version watching is one server stream per client,
-opened on the first wait and re-opened after a reconnect.
+tensor's checksum end to end, hashing the chunks as they arrive. Version watching is
+one server stream per client, opened on the first wait and re-opened after a reconnect.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+import xxhash
 
 from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
 from rlax_core.errors import (
@@ -142,11 +143,17 @@ class GrpcParameterStore(ParameterStore):
         destinations = {n: _destination(info.tensor(n), (out or {}).get(n)) for n in wanted}
         request = pb.FetchRequest(version=info.version, names=wanted)
 
+        digests: dict[int, str] = {}
+
         def attempt(timeout: float) -> None:
             received = dict.fromkeys(range(len(info.tensors)), 0)
             flats = {
-                info.names.index(n): a.reshape(-1).view(np.uint8) for n, a in destinations.items()
+                info.names.index(n): memoryview(a.reshape(-1).view(np.uint8))
+                for n, a in destinations.items()
             }
+            # Chunks come in order, so each tensor is hashed as it arrives, while its bytes
+            # are still in cache; a tensor whose chunks arrive otherwise is hashed at the end.
+            hashers = {index: xxhash.xxh3_128() for index in flats}
             for frame in self._ch.fetch_frames(request, **self._ch.kw(None)):
                 tensor, offset, data = wire.decode_chunk(frame)
                 flat = flats.get(tensor)
@@ -155,7 +162,13 @@ class GrpcParameterStore(ParameterStore):
                         f"a chunk of version {info.version} does not fit tensor #{tensor}; "
                         "the stream is corrupted, fetch again"
                     )
-                flat[offset : offset + len(data)] = np.frombuffer(data, np.uint8)
+                flat[offset : offset + len(data)] = data
+                hasher = hashers.get(tensor)
+                if hasher is not None:
+                    if offset == received[tensor]:
+                        hasher.update(data)
+                    else:
+                        del hashers[tensor]
                 received[tensor] += len(data)
                 del frame, data  # at most one chunk is held beyond the destinations
             short = [info.tensors[i].name for i in flats if received[i] != len(flats[i])]
@@ -164,10 +177,14 @@ class GrpcParameterStore(ParameterStore):
                     f"tensors {short} of version {info.version} arrived truncated from "
                     f"{self._ch.address}; fetch again"
                 )
+            digests.clear()
+            digests.update({index: hasher.hexdigest() for index, hasher in hashers.items()})
 
         self._ch.call(f"fetch of version {info.version}", attempt)
         for name, array in destinations.items():
-            if tensor_checksum(array) != info.tensor(name).checksum:
+            index = info.names.index(name)
+            digest = digests[index] if index in digests else tensor_checksum(array)
+            if digest != info.tensor(name).checksum:
                 raise ChecksumMismatchError(
                     f"tensor {name!r} of version {info.version} does not match its checksum; "
                     f"the bytes from the parameter server at {self._ch.address} are corrupted"
