@@ -45,6 +45,12 @@ class LocalLauncherConfig(BaseModel):
         gt=0,
         description="Seconds the transport server has to start before the launch fails.",
     )
+    compilation_cache: bool = Field(
+        default=True,
+        description="Share a persistent JAX compilation cache among the run's processes "
+        "(RUN_DIR/jax_cache, unless JAX_COMPILATION_CACHE_DIR is set), so a restarted "
+        "worker or trainer loads its compiled programs instead of compiling them again.",
+    )
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment variables set for every process, e.g. {XLA_FLAGS: ...}.",

@@ -32,6 +32,7 @@ from rlax_launchers.role_commands import trainer_command, transport_server_comma
 # Where a transport server keeps its state when the config names no folder, so that a
 # restarted server still holds the published versions and the queued items.
 TRANSPORT_STATE_DIR = "transport"
+COMPILATION_CACHE_DIR = "jax_cache"
 _STATE_FIELDS = ("store_dir", "state_dir")  # nats: JetStream store; grpc: versions + journal
 
 
@@ -126,6 +127,10 @@ class LocalLauncher(Launcher):
         for note in (run_dir / PREEMPTING_DIR).glob("*"):
             note.unlink()  # left by a preemption the previous launch never saw end
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.config.env}
+        if self.config.compilation_cache:
+            env.setdefault("JAX_COMPILATION_CACHE_DIR", str(run_dir / COMPILATION_CACHE_DIR))
+            # Small programs too: on a busy machine they are what a restart waits for.
+            env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
         stop = threading.Event()
         received: list[int] = []
 
