@@ -38,8 +38,10 @@ WITH_CHILD = (
     "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
     "pathlib.Path(sys.argv[1]).write_text(str(c.pid)); time.sleep(600)"
 )
+# Says when it ignores SIGTERM (a busy machine may take seconds to start Python).
 IGNORES_SIGTERM = (
-    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    "import pathlib, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "pathlib.Path(sys.argv[1]).write_text('ready'); time.sleep(600)"
 )
 WAIT_FOR_FILE = (
     "import pathlib, sys, time\nwhile not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.05)"
@@ -122,14 +124,14 @@ def test_preempt_reclaims_a_worker_and_the_launcher_restarts_it(tmp_path: Path) 
     processes = [
         _process("trainer", "trainer", WAIT_FOR_FILE, run_dir, done),
         _process("w0", "worker", FOREVER, run_dir),  # SIGTERM ends it at once
-        _process("w1", "worker", IGNORES_SIGTERM, run_dir),  # needs the SIGKILL
+        _process("w1", "worker", IGNORES_SIGTERM, run_dir, tmp_path / "ready"),  # SIGKILL
     ]
     supervisor = _supervisor(run_dir, processes)
     result: list[bool] = []
     thread = threading.Thread(target=lambda: result.append(supervisor.run(threading.Event())))
     thread.start()
     try:
-        _wait(lambda: _running(run_dir, "w0") and _running(run_dir, "w1"))
+        _wait(lambda: _running(run_dir, "w0") and (tmp_path / "ready").exists())
         assert preempt(run_dir, "w0", grace_s=10) == "exited within the grace period"
         assert preempt(run_dir, "w1", grace_s=0.5) == "killed after the 0.5 s grace period"
         _wait(lambda: _running(run_dir, "w0", restarts=1) and _running(run_dir, "w1", 1))
