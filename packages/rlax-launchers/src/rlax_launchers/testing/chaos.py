@@ -143,20 +143,25 @@ def chaos_report(run_dir: Path, faults: list[Fault]) -> dict[str, Any]:
     intervals = [times[s] - times[s - 1] for s in sorted(times) if s >= 2 and s - 1 in times]
     median = statistics.median(intervals) if intervals else 0.0
     per_fault = []
+    counted: set[int] = set()
     for fault in faults:
         after = [times[s] for s in sorted(times) if s > fault.step]
         if not after:
             continue
         gap = after[0] - fault.step_time
-        per_fault.append({**asdict(fault), "gap_s": gap, "lost_s": gap - median})
+        # Two faults in one step interval share its gap: it is counted for the first.
+        lost = None if fault.step in counted else gap - median
+        counted.add(fault.step)
+        per_fault.append({**asdict(fault), "gap_s": gap, "lost_s": lost})
     kinds: dict[str, dict[str, Any]] = {}
     for item in per_fault:
         summary = kinds.setdefault(item["kind"], {"count": 0, "lost_s": []})
         summary["count"] += 1
-        summary["lost_s"].append(round(item["lost_s"], 2))
+        if item["lost_s"] is not None:
+            summary["lost_s"].append(round(item["lost_s"], 2))
     for summary in kinds.values():
         summary["total_lost_s"] = round(sum(summary["lost_s"]), 2)
-        summary["mean_lost_s"] = round(summary["total_lost_s"] / summary["count"], 2)
+        summary["mean_lost_s"] = round(summary["total_lost_s"] / max(len(summary["lost_s"]), 1), 2)
     last = rows[-1]
     trained_ids = _trained_ids(run_dir, last["step"])
     table = read_table(run_dir) if (run_dir / TABLE_FILE).exists() else None
