@@ -56,6 +56,7 @@ class NatsTransportServer(TransportServer):
                 tls_cert_file=self.config.server.tls_cert_file,
                 tls_key_file=self.config.server.tls_key_file,
                 max_payload_mb=self.config.server.max_payload_mb,
+                die_with_parent=True,
             )
             self.process.start()
         # Create the parameter streams now, so the first publish and watch find them.

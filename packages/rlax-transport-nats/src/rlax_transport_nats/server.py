@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,6 +84,9 @@ class NatsServerProcess:
         auth: who may connect.
         tls_cert_file / tls_key_file: serve TLS with this certificate.
         max_payload_mb: the largest message accepted.
+        die_with_parent: the server is killed when the thread that started it exits (Linux
+            ``PR_SET_PDEATHSIG``). ``rlax serve`` sets it: a supervisor that kills a crashed
+            ``rlax serve`` must not leave its nats-server running on the port.
     """
 
     host: str = "127.0.0.1"
@@ -92,6 +96,7 @@ class NatsServerProcess:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     max_payload_mb: int = 16
+    die_with_parent: bool = False
     _process: subprocess.Popen | None = field(default=None, init=False, repr=False)
     _run_dir: Path | None = field(default=None, init=False, repr=False)
     _owns_store: bool = field(default=False, init=False, repr=False)
@@ -131,6 +136,7 @@ class NatsServerProcess:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C of the parent reaches it only through stop()
+            preexec_fn=_kill_when_parent_dies(os.getpid()) if self.die_with_parent else None,
         )
         log.close()
         self._wait_ready(offset)
@@ -220,6 +226,24 @@ class NatsServerProcess:
             f"nats-server on {self.host}:{self.port} was not ready after {_START_TIMEOUT_S:.0f} s; "
             f"its log:\n{self.log_tail()}"
         )
+
+
+def _kill_when_parent_dies(parent_pid: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks Linux to SIGKILL the child when its parent dies."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    # Loaded here, in the parent: nothing may be imported between fork and exec.
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    pr_set_pdeathsig = 1
+
+    def arrange() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return arrange
 
 
 def _quote(value: str) -> str:

@@ -70,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
             f"(launchers: {installed})"
         )
     run_dir = args.run_dir or local_run_dir(run_config)
-    context = BuildContext(registry, run_config=run_config, run_dir=run_dir)
+    context = BuildContext(
+        registry, run_config=run_config, run_dir=run_dir, config_path=args.config.resolve()
+    )
     launcher: Launcher = registry.build("launcher", run_config.launcher, context)
     if args.status:
         print_status(launcher, run_dir)

@@ -13,7 +13,9 @@ from rlax_core.cli import (
     launch_cmd,
     plot_cmd,
     plugins_cmd,
+    preempt_cmd,
     serve_cmd,
+    status_cmd,
     train_cmd,
     verify_cmd,
 )
@@ -36,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     launch_cmd.add_parser(commands)
     train_cmd.add_parser(commands)
     plot_cmd.add_parser(commands)
+    status_cmd.add_parser(commands)
+    preempt_cmd.add_parser(commands)
     return parser
 
 

@@ -128,7 +128,9 @@ class RolloutSection(Section):
     lease_s: float = Field(
         default=600.0,
         gt=0.0,
-        description="Seconds a worker owns a leased prompt group before it is handed out again.",
+        description="Seconds a lease lasts: a worker's on a prompt group (renewed once its "
+        "weights are ready), and the trainer's on the rollouts it holds until a checkpoint "
+        "covers them (renewed while it runs). A killed process's items come back this late.",
     )
 
 

@@ -121,6 +121,8 @@ class BuildContext:
         registry: to build other plugins (a code judge builds its sandbox).
         run_config: the whole validated run config, when building for a run.
         run_dir: the run directory, when there is one.
+        config_path: the run config's file, when it came from one (a local launcher
+            hands it to the processes it starts; relative paths in it start there).
         sandbox: a validated sandbox config to use instead of ``run_config``'s (what
             ``rlax verify --backend`` builds).
     """
@@ -128,6 +130,7 @@ class BuildContext:
     registry: Registry
     run_config: Any = None
     run_dir: Path | None = None
+    config_path: Path | None = None
     sandbox: BaseModel | None = None
 
     def build_sandbox(self) -> Any:

@@ -13,6 +13,14 @@ Accounting, the rules that keep an asynchronous run honest:
 * **Nothing lost.** Consumed rollouts stay leased until a checkpoint holding their
   training is written (:meth:`acknowledge_trained`); groups in flight are part of the
   checkpoint and re-issued on resume (the queues drop duplicates by id).
+* **Short leases, renewed.** The trainer holds rollouts under leases of
+  ``rollout.lease_s`` and renews those with less than half of it left, every step and
+  while it waits for a batch. A trainer that is killed loses its leases within
+  ``lease_s``, so its successor gets those rollouts back promptly (its re-issued prompt
+  groups may be dropped by the prompt queue as already done). A held group delivered
+  again (its lease ran out, or the transport server restarted and forgot the leases) is
+  held under the new delivery instead of being acked: until a checkpoint covers it, it
+  must stay in the queue.
 """
 
 from __future__ import annotations
@@ -28,9 +36,6 @@ from rlax_core.errors import LeaseExpiredError, RlaxError
 from rlax_core.rl.batch import has_signal
 from rlax_core.types.lease import Lease
 from rlax_core.types.rollout import PromptGroup, RolloutGroup
-
-# Held rollout leases are renewed for this long; checkpoints must come more often.
-HELD_LEASE_S = 3600.0
 
 
 @dataclass
@@ -87,11 +92,12 @@ class Controller:
         self._samples = rollout.samples_per_prompt
         self._k = staleness.max_staleness
         self._dynamic_sampling = algorithm.dynamic_sampling
+        self._lease_s = rollout.lease_s
         self.next_index = 0
         self.outstanding: dict[str, PromptGroup] = {}  # issued, not yet arrived
         self.waiting: dict[str, _Waiting] = {}  # arrived, not yet trained
         self.trained_ids: set[str] = set()
-        self.held: list[Lease] = []  # trained, acked after the next checkpoint
+        self.held: dict[str, Lease] = {}  # trained, acked after the next checkpoint
         self.accounting = Accounting()
 
     @property
@@ -154,14 +160,23 @@ class Controller:
                     f"{self._per_step} rollout groups arrived ({len(self.outstanding)} "
                     "outstanding); are the inference workers running?"
                 )
-            lease = self._rollouts.get(HELD_LEASE_S, timeout=0.2)
+            self.renew_leases()
+            lease = self._rollouts.get(self._lease_s, timeout=0.2)
             if lease is not None:
                 self._receive(lease, version)
 
     def _receive(self, lease: Lease, version: int) -> None:
         group = RolloutGroup.from_bytes(lease.payload)
         gid = group.group_id
-        if gid in self.trained_ids or gid in self.waiting or gid not in self.outstanding:
+        if gid in self.held or gid in self.waiting:
+            # Our lease on it ended; keep the copy under the new lease (see the module doc).
+            self.accounting.duplicates += 1
+            if gid in self.held:
+                self.held[gid] = lease
+            else:
+                self.waiting[gid].lease = lease
+            return
+        if gid in self.trained_ids or gid not in self.outstanding:
             self.accounting.duplicates += 1
             self._ack(lease)
             return
@@ -189,7 +204,7 @@ class Controller:
         for gid in chosen:
             waiting = self.waiting.pop(gid)
             batch.append(waiting.group)
-            self.held.append(waiting.lease)
+            self.held[gid] = waiting.lease
             self.trained_ids.add(gid)
         self.accounting.trained += len(batch)
         return batch
@@ -204,16 +219,23 @@ class Controller:
         }
 
     def renew_leases(self) -> None:
-        """Keeps held and waiting rollouts leased (call at least every HELD_LEASE_S / 2)."""
-        self.held = [self._extend(lease) for lease in self.held]
+        """Renews the held and waiting rollouts' leases that have under half their time left.
+
+        Only those: most calls then cost no round trip. Call it more often than every
+        ``rollout.lease_s / 2`` seconds (every step, and the batch wait does).
+        """
+        for gid, lease in self.held.items():
+            if lease.seconds_left() < self._lease_s / 2:
+                self.held[gid] = self._extend(lease)
         for waiting in self.waiting.values():
-            waiting.lease = self._extend(waiting.lease)
+            if waiting.lease.seconds_left() < self._lease_s / 2:
+                waiting.lease = self._extend(waiting.lease)
 
     def acknowledge_trained(self) -> None:
         """Acks the rollouts trained so far; call only after a checkpoint includes them."""
-        for lease in self.held:
+        for lease in self.held.values():
             self._ack(lease)
-        self.held = []
+        self.held = {}
 
     def state(self) -> dict:
         """The controller's part of a checkpoint (JSON)."""
@@ -247,6 +269,6 @@ class Controller:
 
     def _extend(self, lease: Lease) -> Lease:
         try:
-            return self._rollouts.extend(lease, HELD_LEASE_S)
+            return self._rollouts.extend(lease, self._lease_s)
         except LeaseExpiredError:
             return lease

@@ -73,12 +73,18 @@ def run_trainer(
     config: Any, config_dir: Path, run_dir: Path | None, *, resume: bool, stop: threading.Event,
     progress: bool = True,
 ) -> bool:  # fmt: skip
-    """The trainer process of a multi-process run (workers are other processes)."""
+    """The trainer process of a multi-process run (workers are other processes).
+
+    ``--resume`` is implied: a trainer restarted by its launcher after a crash or a
+    preemption continues from the newest checkpoint in ``run_dir`` (if the config is
+    unchanged in what it trains; otherwise the run directory refuses it).
+    """
+    del resume  # always resumes when there is a checkpoint (see above)
     registry = load_registry()
     run_dir = run_dir or default_run_dir(config)
     transport = components.build_transport(registry, config, run_dir)
     trainer = TrainerRun(config, config_dir=config_dir, run_dir=run_dir, registry=registry,
-                         transport=transport, resume=resume, progress=progress)  # fmt: skip
+                         transport=transport, resume=True, progress=progress)  # fmt: skip
     try:
         return trainer.run(stop)
     finally:

@@ -133,6 +133,9 @@ class TrainerRun:
         if latest is not None and latest.version >= self.version:
             self.version = latest.version + 1  # versions are never reused across restarts
         self.store.publish(self.version, self.learner.flat_params(), {"step": self.step})
+        # Reported at once (then after every step), so `rlax status` shows a fresh trainer.
+        write_status(self.run_dir, "trainer", {"role": "trainer", "step": self.step,
+                                               "policy_version": self.version})  # fmt: skip
         if not self.resumed:
             first = {"policy_version": self.version, **self._evaluate()}
             self.metrics.write(0, first)

@@ -1,0 +1,153 @@
+"""A trainer SIGKILLed in the middle of a run over gRPC, then started again, finishes.
+
+The killed trainer held rollouts under leases (trained but not yet checkpointed, or
+waiting for the next batch). Its successor resumes from the last checkpoint and issues
+the in-flight prompt groups again, which the prompt queue drops as already done; so the
+run goes on only when the dead trainer's leases run out and those rollouts come back.
+With k = 0 every group in flight at the kill was issued after the last checkpoint, so
+the successor needs exactly the rollouts the dead trainer held. The trainer's leases
+last ``rollout.lease_s`` (here 4 s) and are renewed while it runs: the restarted trainer
+finishes in seconds, where leases of an hour (as before) stalled it for that hour.
+
+gRPC is the transport that shows it: its server holds a lease until it expires, whereas
+the NATS client's keep-alives stop with the process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlax_core.rl.metrics_log import read_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "examples" / "quickstart"
+STEPS = 8
+PROMPTS_PER_STEP = 4
+# Far above the restarted trainer's own start-up and the 4 s lease, far below an hour.
+FINISH_TIMEOUT_S = 300
+
+pytestmark = [pytest.mark.slow, pytest.mark.network, pytest.mark.distributed]
+
+
+def _config(tmp_path: Path) -> Path:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dataset = {"prompt_template": "{question}", "answer_field": "answer", "id_field": "id"}
+    config = {
+        "run": {"name": "trainer-kill", "seed": 5},
+        "model": {
+            "preset": "tiny",
+            "overrides": {
+                "num_layers": 1,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_heads": 2,
+                "num_kv_heads": 1,
+            },
+            "tokenizer": str(QUICKSTART / "tokenizer"),
+        },
+        "data": {"train": [{"path": str(QUICKSTART / "data" / "train.jsonl"), **dataset}]},
+        "rollout": {
+            "prompts_per_step": PROMPTS_PER_STEP,
+            "samples_per_prompt": 4,
+            "max_new_tokens": 5,
+            "groups_per_batch": 4,
+            "lease_s": 4,
+        },
+        "staleness": {"max_staleness": 0},
+        "trainer": {"total_steps": STEPS, "learning_rate": 1e-3},
+        "checkpoint": {"every_steps": 2},
+        "transport": {
+            "type": "grpc",
+            "address": f"127.0.0.1:{port}",
+            "server": {"state_dir": str(tmp_path / "grpc-state")},
+        },
+        "verifier": {"judge": {"type": "math"}},
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _rlax(*args: str | Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlax_core.cli", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _serve(config: Path) -> subprocess.Popen:
+    server = _rlax("serve", "param-server", "--config", config)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if server.stdout.readline().startswith("serving"):
+            return server
+        if server.poll() is not None:
+            pytest.fail(f"rlax serve exited {server.returncode}: {server.stderr.read()[-3000:]}")
+    server.kill()
+    pytest.fail("rlax serve did not start within 60 s")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _kill_after_step(process: subprocess.Popen, run_dir: Path, step: int) -> None:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the trainer ended before step {step}: {process.stderr.read()[-3000:]}")
+        if (run_dir / "metrics.jsonl").exists() and any(
+            row["step"] >= step for row in read_metrics(run_dir)
+        ):
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+            return
+        time.sleep(0.02)
+    pytest.fail(f"the trainer never reached step {step}")
+
+
+def test_a_killed_trainer_gets_its_leased_rollouts_back_within_the_lease(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    run_dir = tmp_path / "run"
+    server = _serve(config)
+    worker = _rlax("train", config, "--run-dir", run_dir, "--role", "worker", "--worker-id", "w0")
+    trainer_args = ("train", config, "--run-dir", run_dir, "--role", "trainer", "--no-progress")
+    try:
+        _kill_after_step(_rlax(*trainer_args), run_dir, 3)  # checkpoint at 2: step 3 is held
+        restarted = _rlax(*trainer_args)  # no --resume: a trainer role resumes by itself
+        try:
+            _, err = restarted.communicate(timeout=FINISH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            restarted.kill()
+            pytest.fail(f"the restarted trainer did not finish in {FINISH_TIMEOUT_S} s")
+        assert restarted.returncode == 0, err[-4000:]
+    finally:
+        _stop(worker)
+        _stop(server)
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(STEPS + 1))
+    assert rows[-1]["groups/trained"] == STEPS * PROMPTS_PER_STEP
+    assert all(r["staleness/max"] == 0 for r in rows[1:])
+    meta = run_dir / "checkpoints" / str(STEPS) / "meta" / "metadata"
+    trained = json.loads(meta.read_text())["controller"]["trained_ids"]
+    assert len(trained) == len(set(trained)) == STEPS * PROMPTS_PER_STEP
