@@ -42,8 +42,13 @@ def run(args: argparse.Namespace) -> int:
     if any(v is not None for v in distributed):
         if None in distributed:
             raise ConfigError("--coordinator, --num-processes and --process-id go together")
+        if args.role != "trainer":
+            raise ConfigError("--coordinator is for the trainer's processes: add --role trainer")
         import jax
 
+        # CPU hosts need a collectives backend for cross-process reductions (TPU and GPU
+        # bring their own); it has to be chosen before the backend starts.
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
     from rlax_core.rl import roles  # imports JAX: after the config is known to be valid
 
