@@ -44,7 +44,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _config(tmp_path: Path, name: str) -> Path:
+def _config(tmp_path: Path, name: str, *, evaluate: bool = True) -> Path:
     dataset = {"prompt_template": "{question}", "answer_field": "answer", "id_field": "id"}
     config = {
         "run": {"name": name, "seed": 5},
@@ -89,6 +89,8 @@ def _config(tmp_path: Path, name: str) -> Path:
         },
         "verifier": {"judge": {"type": "math"}},
     }
+    if not evaluate:
+        del config["data"]["eval"]
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -178,6 +180,20 @@ def _trained_ids(run_dir: Path, step: int) -> list[str]:
     return json.loads(meta.read_text())["controller"]["trained_ids"]
 
 
+def _wait_for_step(processes: list[subprocess.Popen], run_dir: Path, step: int) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        for process in processes:
+            if process.poll() is not None:
+                pytest.fail(f"a trainer process ended early:\n{_tail(process.stderr.read())}")
+        if (run_dir / "metrics.jsonl").exists() and any(
+            row["step"] >= step for row in read_metrics(run_dir)
+        ):
+            return
+        time.sleep(0.1)
+    pytest.fail(f"the trainer never reached step {step}")
+
+
 def _run(config: Path, run_dir: Path, *, processes: int) -> None:
     """One whole run: its own parameter server, one worker, and the trainer."""
     server = _serve(config)
@@ -212,3 +228,30 @@ def test_two_trainer_processes_train_what_one_process_trains(tmp_path: Path) -> 
     assert [r["step"] for r in rows] == list(range(STEPS + 1))
     assert all(r["staleness/max"] == 0 for r in rows[1:])
     assert [p.name for p in (multi / "status").glob("trainer*.json")] == ["trainer.json"]
+
+
+def test_a_stop_asked_of_one_process_stops_both_and_they_resume(tmp_path: Path) -> None:
+    """SIGTERM to the non-leader only: both checkpoint and stop; restarted, they resume."""
+    config, run_dir = _config(tmp_path, "stop", evaluate=False), tmp_path / "stop"
+    server = _serve(config)
+    worker = _rlax("train", config, "--run-dir", run_dir, "--role", "worker", "--worker-id", "w0")
+    try:
+        trainers = _trainers(config, run_dir)
+        _wait_for_step(trainers, run_dir, 1)
+        trainers[1].send_signal(signal.SIGTERM)
+        for process in trainers:  # the leader stops too, as asked by its peer
+            code, err = _exit_code(process, timeout=120)
+            assert code == 128 + signal.SIGTERM, f"exit {code}:\n{_tail(err)}"
+        stopped_at = read_metrics(run_dir)[-1]["step"]
+        assert 1 <= stopped_at < STEPS
+        assert str(stopped_at) in {p.name for p in (run_dir / "checkpoints").iterdir()}
+
+        _finished(_trainers(config, run_dir, "--resume"))
+    finally:
+        _stop(worker)
+        _stop(server)
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(STEPS + 1))  # every step once, none lost
+    trained = _trained_ids(run_dir, STEPS)
+    assert len(trained) == len(set(trained)) == STEPS * 4
+    assert (run_dir / "final" / "model.safetensors").exists()
