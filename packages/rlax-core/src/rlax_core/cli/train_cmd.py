@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import sys
 import threading
+import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from rlax_core.config.loading import load_run_config
-from rlax_core.errors import ConfigError
+from rlax_core.errors import ConfigError, RlaxError
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -42,8 +46,13 @@ def run(args: argparse.Namespace) -> int:
     if any(v is not None for v in distributed):
         if None in distributed:
             raise ConfigError("--coordinator, --num-processes and --process-id go together")
+        if args.role != "trainer":
+            raise ConfigError("--coordinator is for the trainer's processes: add --role trainer")
         import jax
 
+        # CPU hosts need a collectives backend for cross-process reductions (TPU and GPU
+        # bring their own); it has to be chosen before the backend starts.
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
     from rlax_core.rl import roles  # imports JAX: after the config is known to be valid
 
@@ -61,11 +70,46 @@ def run(args: argparse.Namespace) -> int:
     if args.role == "worker":
         roles.run_worker(config, config_dir, args.run_dir, worker_id=args.worker_id, stop=stop)
     elif args.role == "trainer":
-        roles.run_trainer(config, config_dir, args.run_dir, resume=args.resume, stop=stop,
-                          progress=progress)  # fmt: skip
+        try:
+            finished = roles.run_trainer(config, config_dir, args.run_dir, resume=args.resume,
+                                         stop=stop, progress=progress)  # fmt: skip
+        except Exception as exc:
+            if args.coordinator is not None:
+                _leave_multihost_trainer(exc)
+            raise
+        if not finished and not stopped_by_signal:
+            # Only a multi-host trainer stops unasked: another of its processes was
+            # terminated, and this one checkpointed and stopped with it.
+            print("stopped: another process of the trainer was terminated", file=sys.stderr)
+            return 128 + signal.SIGTERM
     else:
         roles.run_all(config, config_dir, args.run_dir, resume=args.resume, stop=stop,
                       progress=progress)  # fmt: skip
     if stopped_by_signal:
         return 128 + stopped_by_signal[0]
     return 0
+
+
+def _leave_multihost_trainer(exc: Exception) -> NoReturn:
+    """Exits at once when a process of a multi-host trainer fails (e.g. a peer died).
+
+    ``jax.distributed`` would otherwise wait at its shutdown barrier for the dead peer
+    until the heartbeat timeout (100 s) and then abort. Nothing is lost by leaving: the
+    checkpoints are written collectively, so the newest complete one is what a restart of
+    all the trainer's processes resumes from.
+    """
+    if isinstance(exc, RlaxError):
+        print(f"error: {exc}", file=sys.stderr)
+        code = exc.exit_code
+    else:
+        traceback.print_exc()
+        print(
+            "error: this process of the multi-host trainer failed (when another of its "
+            "processes dies, the others fail in their next collective); restart all of "
+            "the trainer's processes: they resume from the last checkpoint",
+            file=sys.stderr,
+        )
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

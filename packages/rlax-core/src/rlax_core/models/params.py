@@ -59,10 +59,15 @@ def init_model(config: QwenConfig, *, seed: int = 0, mesh: Mesh | None = None) -
 
 def place_model(model: Qwen, mesh: Mesh) -> Qwen:
     """Moves every parameter onto its sharding on ``mesh``."""
-    params = flat_params(model)
-    return build_model(
-        model.config, lambda name, spec, sharding: jax.device_put(params[name], sharding), mesh
-    )
+    params = {name: np.asarray(value) for name, value in flat_params(model).items()}
+
+    def make(name: str, spec: jax.ShapeDtypeStruct, sharding: jax.sharding.Sharding) -> jax.Array:
+        # Each process places its own shards (on a multi-host mesh every process built
+        # the same model from the same seed); device_put would compare them first.
+        value = params[name]
+        return jax.make_array_from_callback(spec.shape, sharding, lambda index: value[index])
+
+    return build_model(model.config, make, mesh)
 
 
 def replace_params(model: Qwen, params: Mapping[str, np.ndarray | jax.Array]) -> Qwen:
@@ -83,7 +88,19 @@ def replace_params(model: Qwen, params: Mapping[str, np.ndarray | jax.Array]) ->
     return build_model(model.config, make)
 
 
+def host_model(config: QwenConfig, params: Mapping[str, np.ndarray]) -> Qwen:
+    """A model on this process's first device whose parameters are ``params`` (host arrays).
+
+    A multi-host trainer's leader evaluates and exports such a local copy of the policy.
+    """
+
+    def make(name: str, spec: jax.ShapeDtypeStruct, sharding: jax.sharding.Sharding) -> jax.Array:
+        return jax.device_put(np.asarray(params[name]).astype(spec.dtype), sharding)
+
+    return build_model(config, make)
+
+
 def _sharding(mesh: Mesh | None, name: str, shape: tuple[int, ...]) -> jax.sharding.Sharding:
     if mesh is None:
-        return SingleDeviceSharding(jax.devices()[0])
+        return SingleDeviceSharding(jax.local_devices()[0])  # this process's own
     return param_sharding(mesh, name, shape)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jax
 from jax.sharding import Mesh
 
 from rlax_core.contracts.transport import Transport
@@ -59,9 +60,24 @@ def stop_token_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
 
 
 def mesh_of(config: Any) -> Mesh | None:
-    """The trainer's mesh from ``trainer.mesh`` (None for a single device)."""
+    """The trainer's mesh from ``trainer.mesh`` (None for a single device).
+
+    A multi-host trainer's mesh must span every device of every process: the processes
+    run one program over one global mesh.
+
+    Raises:
+        ConfigError: the mesh needs more devices than there are, or does not cover all
+            the devices of a multi-host trainer.
+    """
     section = config.trainer.mesh
     shape = MeshShape(data=section.data, fsdp=section.fsdp, tensor=section.tensor)
+    if jax.process_count() > 1 and shape.size != jax.device_count():
+        raise ConfigError(
+            f"trainer.mesh: data={shape.data} × fsdp={shape.fsdp} × tensor={shape.tensor} = "
+            f"{shape.size} devices, but this multi-host trainer has {jax.device_count()} "
+            f"({jax.process_count()} processes × {jax.local_device_count()}); set the mesh "
+            "axes to multiply to the total"
+        )
     if shape.size == 1:
         return None
     try:

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlax_core.config.training_sections import AlgorithmSection, TrainerSection
 from rlax_core.models.logprobs import policy_log_softmax
@@ -68,7 +68,7 @@ class Learner:
         total_updates = trainer.total_steps * trainer.minibatches_per_step
         self.tx = make_optimizer(trainer, total_updates)
         self.schedule = learning_rate_schedule(trainer, total_updates)
-        self.opt_state = jax.jit(self.tx.init)(self.params)
+        self.opt_state = _init_on_mesh(self.tx, self.params, mesh)
         self.updates = 0
         self.loss_config = LossConfig(
             loss=algorithm.loss,
@@ -83,7 +83,10 @@ class Learner:
         )
         self.reference_params = nnx.split(reference)[1] if reference is not None else None
         self._micro = jax.jit(self._micro_step)
-        self._logprobs = jax.jit(self._token_logprobs)
+        # Log-probabilities come back to the host whole: replicated, so that every process
+        # of a multi-host trainer can read them.
+        replicated = NamedSharding(mesh, PartitionSpec()) if mesh is not None else None
+        self._logprobs = jax.jit(self._token_logprobs, out_shardings=replicated)
         self._add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
         self._apply = jax.jit(self._apply_update, donate_argnums=(0, 1))
 
@@ -164,8 +167,13 @@ class Learner:
         }
         arrays.update({k: take(v) for k, v in extra.items() if v is not None})
         if self.mesh is not None:
+            # Each process places its own rows (every process holds the whole batch);
+            # device_put would first compare the values across processes.
             arrays = {
-                k: jax.device_put(v, batch_sharding(self.mesh, v.ndim)) for k, v in arrays.items()
+                k: jax.make_array_from_callback(
+                    v.shape, batch_sharding(self.mesh, v.ndim), lambda index, v=v: v[index]
+                )
+                for k, v in arrays.items()
             }
         return arrays
 
@@ -255,6 +263,25 @@ class Learner:
     ) -> tuple[nnx.State, optax.OptState, jax.Array]:
         updates, opt_state = self.tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, optax.tree.norm(grads)
+
+
+def _init_on_mesh(
+    tx: optax.GradientTransformation, params: nnx.State, mesh: Mesh | None
+) -> optax.OptState:
+    """The optimiser state, every array of it on ``mesh``.
+
+    XLA places the step counters (constants) on one device; a multi-host checkpoint and
+    step need every array on the global mesh, so those are replicated over it instead.
+    """
+    init = jax.jit(tx.init)
+    if mesh is None:
+        return init(params)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    placed = jax.tree.map(
+        lambda s: s if isinstance(s, NamedSharding) else replicated,
+        init.lower(params).compile().output_shardings,
+    )
+    return jax.jit(tx.init, out_shardings=placed)(params)
 
 
 def _combine(parts: list[dict], *, mean: bool) -> dict[str, float]:

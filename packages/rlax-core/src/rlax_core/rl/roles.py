@@ -10,6 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import jax
+
 from rlax_core.errors import RlaxError
 from rlax_core.plugins.manager import load_registry
 from rlax_core.rl import components
@@ -77,19 +79,24 @@ def run_trainer(
 
     ``--resume`` is implied: a trainer restarted by its launcher after a crash or a
     preemption continues from the newest checkpoint in ``run_dir`` (if the config is
-    unchanged in what it trains; otherwise the run directory refuses it).
+    unchanged in what it trains; otherwise the run directory refuses it). Under
+    ``jax.distributed`` this is one of the trainer's processes; only the leader
+    (process 0) connects to the transport (see :mod:`rlax_core.rl.trainer_processes`).
     """
     del resume  # always resumes when there is a checkpoint (see above)
     registry = load_registry()
     run_dir = run_dir or default_run_dir(config)
-    transport = components.build_transport(registry, config, run_dir)
+    transport = None
+    if jax.process_index() == 0:
+        transport = components.build_transport(registry, config, run_dir)
     trainer = TrainerRun(config, config_dir=config_dir, run_dir=run_dir, registry=registry,
                          transport=transport, resume=True, progress=progress)  # fmt: skip
     try:
         return trainer.run(stop)
     finally:
         trainer.close()
-        transport.close()
+        if transport is not None:
+            transport.close()
 
 
 def run_worker(

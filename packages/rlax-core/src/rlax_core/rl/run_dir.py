@@ -34,8 +34,13 @@ def default_run_dir(config: Any) -> Path:
     return Path(config.run.run_dir or Path("runs") / config.run.name)
 
 
-def prepare(run_dir: Path, config: Any, *, resume: bool, has_checkpoint: bool) -> None:
+def prepare(
+    run_dir: Path, config: Any, *, resume: bool, has_checkpoint: bool, write: bool = True
+) -> None:
     """Creates the run directory, or checks that resuming it is safe.
+
+    Args:
+        write: write the resolved config (False on all but one process of a trainer).
 
     Raises:
         ConfigError: the directory holds a run but ``resume`` was not asked for, or the
@@ -58,6 +63,8 @@ def prepare(run_dir: Path, config: Any, *, resume: bool, has_checkpoint: bool) -
                 f"{', '.join(changed[:8])}; resuming would train something else — revert "
                 "those settings or start a new run directory"
             )
+    if not write:
+        return
     tmp = saved_path.with_name(f".{CONFIG_FILE}.tmp")
     tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
     os.replace(tmp, saved_path)
