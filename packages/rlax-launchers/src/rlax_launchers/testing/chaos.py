@@ -5,7 +5,8 @@ its run directory and, while the trainer makes progress, does what machines do t
 job: it SIGKILLs a worker every ``worker_kill_every_s`` seconds (round robin), preempts
 one worker gracefully with ``rlax preempt``, SIGKILLs the trainer once and the transport
 server once. A one-off fault waits until the run has recovered from the previous one
-(a new step was logged), so the time each fault cost can be told apart.
+(a new step was logged, and a preempted worker is gone), so the time each fault cost
+can be told apart.
 
 :func:`chaos_report` reads the run's metrics, launcher events and last checkpoint and
 gives the accounting (steps, groups trained, duplicates, staleness) and, per kind of
@@ -65,11 +66,18 @@ class ChaosMonkey(threading.Thread):
         self.errors: list[BaseException] = []
         self.status_output = ""  # `rlax status` once, during the run
         self._halt = threading.Event()
+        # `rlax preempt` waits out its grace period: it runs beside the monkey, which
+        # keeps to its plan meanwhile (a blocked monkey would miss the later faults).
+        self._preempting: subprocess.Popen | None = None
 
     def stop(self) -> None:
         """Stops injecting; joins the thread."""
         self._halt.set()
         self.join(timeout=60)
+        if self._preempting is not None:
+            _, stderr = self._preempting.communicate(timeout=120)
+            if self._preempting.returncode != 0:
+                self.errors.append(RuntimeError(f"rlax preempt failed: {stderr}"))
 
     def run(self) -> None:
         try:
@@ -93,19 +101,20 @@ class ChaosMonkey(threading.Thread):
             if last is None or last[0] < 1:
                 continue  # not training yet
             step, step_time = last
-            if step >= self.plan.quiet_from_step:
+            if step >= self.plan.quiet_from_step and not one_offs:
+                self.status_output = _rlax("status", str(self.run_dir)).stdout
                 return
             if recovering_from is not None and step <= recovering_from:
                 continue
             recovering_from = None
             if next_worker_kill is None:
                 next_worker_kill = time.monotonic() + self.plan.worker_kill_every_s
-                self.status_output = _rlax("status", str(self.run_dir)).stdout
-            if one_offs and step >= one_offs[0][0]:
+            preempting = self._preempting is not None and self._preempting.poll() is None
+            if one_offs and step >= one_offs[0][0] and not preempting:
                 _, kind = one_offs.pop(0)
                 self._one_off(kind, step, step_time)
                 recovering_from = step
-            elif time.monotonic() >= next_worker_kill:
+            elif step < self.plan.quiet_from_step and time.monotonic() >= next_worker_kill:
                 name = f"w{workers % _worker_count(self.run_dir)}"
                 workers += 1
                 if self._kill(name):
@@ -116,11 +125,11 @@ class ChaosMonkey(threading.Thread):
         now = time.time()
         if kind == "preempt":
             name = "w1"
-            done = _rlax(
-                "preempt", str(self.run_dir), name, "--grace", str(self.plan.preempt_grace_s)
-            )
-            if done.returncode != 0:
-                raise RuntimeError(f"rlax preempt failed: {done.stderr}")
+            self._preempting = subprocess.Popen(
+                [sys.executable, "-m", "rlax_core.cli", "preempt", str(self.run_dir), name,
+                 "--grace", str(self.plan.preempt_grace_s)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
         else:
             name = "trainer" if kind == "trainer_kill" else "transport"
             if not self._kill(name):
