@@ -15,8 +15,9 @@ from rlax_core.types import PromptGroup, Rollout, RolloutGroup
 
 
 def _controller(
-    transport: InProcTransport, *, k: int, per_step: int = 2, dynamic: bool = False
-) -> Controller:
+    transport: InProcTransport, *, k: int, per_step: int = 2, dynamic: bool = False,
+    lease_s: float = 600.0,
+) -> Controller:  # fmt: skip
     counter = itertools.count()
 
     def next_prompt():
@@ -27,7 +28,7 @@ def _controller(
         next_prompt,
         prompts=transport.queue("prompts"),
         rollouts=transport.queue("rollouts"),
-        rollout=RolloutSection(prompts_per_step=per_step, samples_per_prompt=2),
+        rollout=RolloutSection(prompts_per_step=per_step, samples_per_prompt=2, lease_s=lease_s),
         staleness=StalenessSection(max_staleness=k, pull_every=1),
         algorithm=AlgorithmSection(dynamic_sampling=dynamic),
     )
@@ -155,3 +156,30 @@ def test_state_round_trip_reissues_groups_in_flight() -> None:
     assert resumed.in_flight == 4
     assert sorted(_answer(fresh_transport, version=0)) == [f"g00000000{i}" for i in range(4)]
     assert resumed.issue(version=0) == 0
+
+
+def test_restored_groups_that_never_come_back_are_issued_again_under_new_ids() -> None:
+    # The queues outlive the trainer (a networked transport): a group the dead trainer
+    # acked after its last checkpoint cannot be put again under its id (a duplicate put).
+    transport = InProcTransport()
+    controller = _controller(transport, k=0, per_step=2, lease_s=0.1)  # waits 2 × lease_s
+    controller.issue(version=0)
+    state = controller.state()  # the checkpoint: g0 and g1 in flight
+    _answer(transport, version=0)
+    rollouts = transport.queue("rollouts")
+    while (lease := rollouts.get(30.0, timeout=0)) is not None:
+        rollouts.ack(lease)  # the old trainer consumed them and died before a checkpoint
+    resumed = _controller(transport, k=0, per_step=2, lease_s=0.1)
+    resumed.restore(state)
+    assert _answer(transport, version=0) == []  # the old ids are gone for good
+
+    answered: list[str] = []
+
+    def worker_answers() -> bool:
+        answered.extend(_answer(transport, version=0))
+        return False
+
+    batch = resumed.next_batch(0, timeout_s=10, should_stop=worker_answers)
+    assert sorted(g.group_id for g in batch) == ["g000000002", "g000000003"]
+    assert [g.prompt_id for g in batch] == ["ex0", "ex1"]  # the same prompts
+    assert resumed.accounting.replaced == 2

@@ -47,6 +47,7 @@ class Accounting:
     dropped_stale: int = 0
     dropped_no_signal: int = 0
     duplicates: int = 0
+    replaced: int = 0  # restored groups that never came back, issued again under new ids
 
     def as_metrics(self) -> dict[str, float]:
         """The counters as metrics."""
@@ -56,6 +57,7 @@ class Accounting:
             "staleness/dropped": float(self.dropped_stale),
             "groups/dropped_no_signal": float(self.dropped_no_signal),
             "groups/duplicates": float(self.duplicates),
+            "groups/replaced": float(self.replaced),
         }
 
 
@@ -99,6 +101,8 @@ class Controller:
         self.trained_ids: set[str] = set()
         self.held: dict[str, Lease] = {}  # trained, acked after the next checkpoint
         self.accounting = Accounting()
+        self._restored: set[str] = set()  # re-issued on resume, not yet arrived
+        self._restored_deadline = 0.0
 
     @property
     def in_flight(self) -> int:
@@ -148,6 +152,7 @@ class Controller:
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
+            self._replace_lost(version)
             self._drop_stale(version)
             if len(self.waiting) >= self._per_step:
                 return self._take(version)
@@ -255,6 +260,32 @@ class Controller:
             group = PromptGroup.model_validate(data)
             self._prompts.put(group.group_id, group.to_bytes())  # a duplicate if still queued
             self.outstanding[group.group_id] = group
+            self._restored.add(group.group_id)
+        self._restored_deadline = time.monotonic() + 2 * self._lease_s
+
+    def _replace_lost(self, version: int) -> None:
+        """Issues again, under new ids, restored groups that did not come back in time.
+
+        A group the previous trainer process dropped (stale) or whose rollouts it acked
+        after its last checkpoint is gone from the queues, and putting its id again is a
+        duplicate put, which the queues ignore. Once every lease the dead process held
+        has expired (one ``lease_s``, doubled for margin), a restored group still missing
+        is given up: the same prompt goes out as a new group, and a late copy of the old
+        one is dropped as a duplicate.
+        """
+        self._restored &= self.outstanding.keys()
+        if not self._restored or time.monotonic() < self._restored_deadline:
+            return
+        for gid in sorted(self._restored):
+            lost = self.outstanding.pop(gid)
+            group = lost.model_copy(
+                update={"group_id": f"g{self.next_index:09d}", "min_policy_version": version}
+            )
+            self.next_index += 1
+            self._prompts.put(group.group_id, group.to_bytes())
+            self.outstanding[group.group_id] = group
+            self.accounting.replaced += 1
+        self._restored.clear()
 
     def _in_flight_groups(self) -> list[PromptGroup]:
         # An arrived group is re-issued on resume too: its rollouts may be lost with the
