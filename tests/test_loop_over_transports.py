@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from rlax_core.rl.metrics_log import read_metrics
+from rlax_core.testing.run_configs import small_run_config
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "examples" / "quickstart"
@@ -43,38 +44,15 @@ def _transport(kind: str, tmp_path: Path) -> dict:
 
 
 def _config(tmp_path: Path, kind: str) -> Path:
-    dataset = {"prompt_template": "{question}", "answer_field": "answer", "id_field": "id"}
-    config = {
-        "run": {"name": f"over-{kind}", "seed": 3},
-        "model": {
-            "preset": "tiny",
-            "overrides": {
-                "num_layers": 1,
-                "hidden_size": 32,
-                "intermediate_size": 64,
-                "num_heads": 2,
-                "num_kv_heads": 1,
-            },
-            "tokenizer": str(QUICKSTART / "tokenizer"),
-        },
-        "data": {
-            "train": [{"path": str(QUICKSTART / "data" / "train.jsonl"), **dataset}],
-            "eval": {"path": str(QUICKSTART / "data" / "eval.jsonl"), **dataset},
-        },
-        "rollout": {
-            "prompts_per_step": 4,
-            "samples_per_prompt": 4,
-            "max_new_tokens": 5,
-            "groups_per_batch": 4,
-            "lease_s": 60,
-        },
-        "staleness": {"max_staleness": 1},
-        "trainer": {"total_steps": STEPS, "learning_rate": 1e-3},
-        "eval": {"every_steps": 0, "samples_per_prompt": 2, "ks": [1, 2], "max_prompts": 8},
-        "checkpoint": {"every_steps": 2},
-        "transport": _transport(kind, tmp_path),
-        "verifier": {"judge": {"type": "math"}},
-    }
+    config = small_run_config(QUICKSTART, name=f"over-{kind}", seed=3)
+    config["rollout"]["lease_s"] = 60
+    config.update(
+        staleness={"max_staleness": 1},
+        trainer={"total_steps": STEPS, "learning_rate": 1e-3},
+        eval={"every_steps": 0, "samples_per_prompt": 2, "ks": [1, 2], "max_prompts": 8},
+        checkpoint={"every_steps": 2},
+        transport=_transport(kind, tmp_path),
+    )
     path = tmp_path / f"{kind}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

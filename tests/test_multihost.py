@@ -28,6 +28,7 @@ import yaml
 
 from rlax_core.models.safetensors_file import SafetensorsReader
 from rlax_core.rl.metrics_log import read_metrics
+from rlax_core.testing.run_configs import small_run_config
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "examples" / "quickstart"
@@ -45,31 +46,9 @@ def _free_port() -> int:
 
 
 def _config(tmp_path: Path, name: str, *, evaluate: bool = True) -> Path:
-    dataset = {"prompt_template": "{question}", "answer_field": "answer", "id_field": "id"}
-    config = {
-        "run": {"name": name, "seed": 5},
-        "model": {
-            "preset": "tiny",
-            "overrides": {
-                "num_layers": 1,
-                "hidden_size": 32,
-                "intermediate_size": 64,
-                "num_heads": 2,
-                "num_kv_heads": 2,
-            },
-            "tokenizer": str(QUICKSTART / "tokenizer"),
-        },
-        "data": {
-            "train": [{"path": str(QUICKSTART / "data" / "train.jsonl"), **dataset}],
-            "eval": {"path": str(QUICKSTART / "data" / "eval.jsonl"), **dataset},
-        },
-        "rollout": {
-            "prompts_per_step": 4,
-            "samples_per_prompt": 4,
-            "max_new_tokens": 5,
-            "groups_per_batch": 4,
-            "lease_s": 60,
-        },
+    config = small_run_config(QUICKSTART, name=name, seed=5, evaluate=evaluate, num_kv_heads=2)
+    config["rollout"]["lease_s"] = 60
+    config |= {
         "staleness": {"max_staleness": 0, "pull_every": 1},
         # The untrained model earns no reward, so the advantages are zero: the entropy
         # bonus and the KL penalty (to a reference on the mesh) give the gradients.
@@ -87,10 +66,7 @@ def _config(tmp_path: Path, name: str, *, evaluate: bool = True) -> Path:
             "address": f"127.0.0.1:{_free_port()}",
             "server": {"state_dir": str(tmp_path / f"{name}-grpc-state")},
         },
-        "verifier": {"judge": {"type": "math"}},
     }
-    if not evaluate:
-        del config["data"]["eval"]
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from rlax_core.rl.metrics_log import read_metrics
+from rlax_core.testing.run_configs import small_run_config
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "examples" / "quickstart"
@@ -43,28 +44,9 @@ def _config(tmp_path: Path) -> Path:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    dataset = {"prompt_template": "{question}", "answer_field": "answer", "id_field": "id"}
-    config = {
-        "run": {"name": "trainer-kill", "seed": 5},
-        "model": {
-            "preset": "tiny",
-            "overrides": {
-                "num_layers": 1,
-                "hidden_size": 32,
-                "intermediate_size": 64,
-                "num_heads": 2,
-                "num_kv_heads": 1,
-            },
-            "tokenizer": str(QUICKSTART / "tokenizer"),
-        },
-        "data": {"train": [{"path": str(QUICKSTART / "data" / "train.jsonl"), **dataset}]},
-        "rollout": {
-            "prompts_per_step": PROMPTS_PER_STEP,
-            "samples_per_prompt": 4,
-            "max_new_tokens": 5,
-            "groups_per_batch": 4,
-            "lease_s": 4,
-        },
+    config = small_run_config(QUICKSTART, name="trainer-kill", seed=5, evaluate=False)
+    config["rollout"]["lease_s"] = 4
+    config |= {
         "staleness": {"max_staleness": 0},
         "trainer": {"total_steps": STEPS, "learning_rate": 1e-3},
         "checkpoint": {"every_steps": 2},
@@ -73,7 +55,6 @@ def _config(tmp_path: Path) -> Path:
             "address": f"127.0.0.1:{port}",
             "server": {"state_dir": str(tmp_path / "grpc-state")},
         },
-        "verifier": {"judge": {"type": "math"}},
     }
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -16,6 +16,7 @@ import yaml
 
 from rlax_core.models.safetensors_file import SafetensorsReader
 from rlax_core.rl.metrics_log import read_metrics
+from rlax_core.testing.run_configs import small_run_config
 
 REPO = Path(__file__).resolve().parents[4]
 QUICKSTART = REPO / "examples" / "quickstart"
@@ -24,36 +25,13 @@ pytestmark = pytest.mark.slow
 
 
 def _config(tmp_path: Path, *, k: int, steps: int = 6, **changes: object) -> Path:
-    dataset = {"prompt_template": "{question}", "answer_field": "answer", "id_field": "id"}
-    config = {
-        "run": {"name": "t", "seed": 1},
-        "model": {
-            "preset": "tiny",
-            "overrides": {
-                "num_layers": 1,
-                "hidden_size": 32,
-                "intermediate_size": 64,
-                "num_heads": 2,
-                "num_kv_heads": 1,
-            },
-            "tokenizer": str(QUICKSTART / "tokenizer"),
-        },
-        "data": {
-            "train": [{"path": str(QUICKSTART / "data" / "train.jsonl"), **dataset}],
-            "eval": {"path": str(QUICKSTART / "data" / "eval.jsonl"), **dataset},
-        },
+    config = small_run_config(QUICKSTART, name="t", seed=1)
+    config |= {
         "warm_start": {"steps": 3, "examples_per_step": 8},
-        "rollout": {
-            "prompts_per_step": 4,
-            "samples_per_prompt": 4,
-            "max_new_tokens": 5,
-            "groups_per_batch": 4,
-        },
         "staleness": {"max_staleness": k, "pull_every": 1},
         "trainer": {"total_steps": steps, "learning_rate": 1e-3},
         "eval": {"every_steps": 3, "samples_per_prompt": 2, "ks": [1, 2], "max_prompts": 8},
         "checkpoint": {"every_steps": 2},
-        "verifier": {"judge": {"type": "math"}},
     }
     for key, value in changes.items():
         section, field = key.split("__")
