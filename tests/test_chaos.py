@@ -39,15 +39,7 @@ def compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("jax-cache")
 
 
-# Over gRPC, a trainer SIGKILLed at step 12 sometimes leaves the parameter server so
-# that no worker gets the restarted trainer's weights (2 hangs in 4 runs; open bug, see
-# the issue). Until it is fixed the gRPC variant is not run: it would hang until timeout.
-GRPC_TRAINER_KILL_BUG = "gRPC param-server: workers get no weights after a trainer SIGKILL"
-
-
-@pytest.mark.parametrize(
-    "transport", ["nats", pytest.param("grpc", marks=pytest.mark.skip(GRPC_TRAINER_KILL_BUG))]
-)
+@pytest.mark.parametrize("transport", ["nats", "grpc"])
 def test_a_run_under_chaos_finishes_with_nothing_lost_or_doubled(
     tmp_path: Path, transport: str, compilation_cache: Path
 ) -> None:

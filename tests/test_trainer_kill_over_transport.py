@@ -1,13 +1,13 @@
 """A trainer SIGKILLed in the middle of a run over gRPC, then started again, finishes.
 
 The killed trainer held rollouts under leases (trained but not yet checkpointed, or
-waiting for the next batch). Its successor resumes from the last checkpoint and issues
-the in-flight prompt groups again, which the prompt queue drops as already done; so the
-run goes on only when the dead trainer's leases run out and those rollouts come back.
-With k = 0 every group in flight at the kill was issued after the last checkpoint, so
-the successor needs exactly the rollouts the dead trainer held. The trainer's leases
-last ``rollout.lease_s`` (here 4 s) and are renewed while it runs: the restarted trainer
-finishes in seconds, where leases of an hour (as before) stalled it for that hour.
+waiting for the next batch), and had issued prompt groups after its last checkpoint.
+Its successor resumes from that checkpoint at a newer policy version and issues groups
+under ids the dead trainer never used (the ids carry the issuing version): reusing the
+dead trainer's ids hung the run, since the prompt queue drops such puts as duplicates
+while the rollouts under them are stale or gone. The trainer's leases last
+``rollout.lease_s`` (here 4 s) and are renewed while it runs, so what the dead trainer
+held comes back within seconds, where leases of an hour (as before) stalled the run.
 
 gRPC is the transport that shows it: its server holds a lease until it expires, whereas
 the NATS client's keep-alives stop with the process.
@@ -107,10 +107,6 @@ def _kill_after_step(process: subprocess.Popen, run_dir: Path, step: int) -> Non
     pytest.fail(f"the trainer never reached step {step}")
 
 
-# Open bug: over gRPC the restarted trainer sometimes never gets a batch (the worker
-# stays alive with the new weights; 1 hang in 4 runs here, and the same hang in the
-# gRPC chaos test). Not run until fixed: a hang costs CI its whole timeout.
-@pytest.mark.skip("gRPC: a trainer restarted after SIGKILL sometimes never gets a batch")
 def test_a_killed_trainer_gets_its_leased_rollouts_back_within_the_lease(tmp_path: Path) -> None:
     config = _config(tmp_path)
     run_dir = tmp_path / "run"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
@@ -62,9 +63,9 @@ def test_synchronous_run_issues_one_step_and_trains_it_in_order() -> None:
     controller = _controller(transport, k=0)
     assert controller.issue(version=0) == 2
     assert controller.issue(version=0) == 0  # in flight is capped at prompts_per_step × (k + 1)
-    assert _answer(transport, version=0) == ["g000000000", "g000000001"]
+    assert _answer(transport, version=0) == ["g000000000-v0", "g000000001-v0"]
     batch = controller.next_batch(0, timeout_s=5)
-    assert [g.group_id for g in batch] == ["g000000000", "g000000001"]
+    assert [g.group_id for g in batch] == ["g000000000-v0", "g000000001-v0"]
     assert controller.staleness_metrics(batch, 0)["staleness/max"] == 0.0
     assert controller.accounting.trained == 2
 
@@ -147,14 +148,14 @@ def test_state_round_trip_reissues_groups_in_flight() -> None:
     transport = InProcTransport()
     controller = _controller(transport, k=1)
     controller.issue(version=0)
-    _answer(transport, version=0, only={"g000000000"})  # one answered, three outstanding
+    _answer(transport, version=0, only={"g000000000-v0"})  # one answered, three outstanding
     state = controller.state()
     assert state["next_index"] == 4
     fresh_transport = InProcTransport()  # the old process and its queues are gone
     resumed = _controller(fresh_transport, k=1)
     resumed.restore(state)
     assert resumed.in_flight == 4
-    assert sorted(_answer(fresh_transport, version=0)) == [f"g00000000{i}" for i in range(4)]
+    assert sorted(_answer(fresh_transport, version=0)) == [f"g00000000{i}-v0" for i in range(4)]
     assert resumed.issue(version=0) == 0
 
 
@@ -180,6 +181,34 @@ def test_restored_groups_that_never_come_back_are_issued_again_under_new_ids() -
         return False
 
     batch = resumed.next_batch(0, timeout_s=10, should_stop=worker_answers)
-    assert sorted(g.group_id for g in batch) == ["g000000002", "g000000003"]
+    assert sorted(g.group_id for g in batch) == ["g000000002-v0", "g000000003-v0"]
     assert [g.prompt_id for g in batch] == ["ex0", "ex1"]  # the same prompts
     assert resumed.accounting.replaced == 2
+
+
+def test_a_restarted_trainer_never_reuses_the_ids_of_groups_its_predecessor_issued() -> None:
+    # The dead trainer checkpointed with nothing in flight, then trained one more step
+    # and issued the next, which a worker answered. Its successor resumes from the
+    # checkpoint (same next_index) at a newer version, with k = 0.
+    transport = InProcTransport()
+    dead = _controller(transport, k=0, per_step=2, lease_s=0.1)
+    state = dead.state()
+    dead.issue(version=0)
+    _answer(transport, version=0)
+    dead.next_batch(0, timeout_s=5)  # trained after the checkpoint: held, never acked
+    dead.issue(version=1)
+    _answer(transport, version=1)
+    time.sleep(0.3)  # it is killed: its leases run out
+    resumed = _controller(transport, k=0, per_step=2, lease_s=0.1)
+    resumed.restore(state)
+
+    def worker_answers() -> bool:
+        _answer(transport, version=2)
+        return False
+
+    # Reusing g0..g3 hangs: the puts are dropped as duplicates, while the dead trainer's
+    # rollouts under those ids are stale (dropped) or arrive before they are issued.
+    batch = resumed.next_batch(2, timeout_s=10, should_stop=worker_answers)
+    assert [g.group_id for g in batch] == ["g000000000-v2", "g000000001-v2"]
+    assert all(g.policy_version == 2 for g in batch)
+    assert resumed.accounting.duplicates == 4  # the dead trainer's, all acked

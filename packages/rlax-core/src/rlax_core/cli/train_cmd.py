@@ -58,17 +58,29 @@ def run(args: argparse.Namespace) -> int:
 
     stop = threading.Event()
     stopped_by_signal: list[int] = []
+    # A worker that has not leased anything yet holds nothing: a signal during its
+    # start-up (imports, model, transport; seconds to tens of seconds) ends it at once
+    # rather than after it. Other roles write state while starting and stop cleanly.
+    working = threading.Event() if args.role == "worker" else None
 
     def on_signal(signum: int, _frame: object) -> None:
         stopped_by_signal.append(signum)
         stop.set()
+        if working is not None and not working.is_set():
+            print(f"stopped by {signal.Signals(signum).name} while starting", file=sys.stderr)
+            sys.stderr.flush()
+            sys.stdout.flush()
+            os._exit(128 + signum)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
+    name = f"worker {args.worker_id}" if args.role == "worker" else args.role
+    print(f"rlax train: the {name} is starting", file=sys.stderr, flush=True)
     config_dir = args.config.resolve().parent
     progress = not args.no_progress
     if args.role == "worker":
-        roles.run_worker(config, config_dir, args.run_dir, worker_id=args.worker_id, stop=stop)
+        roles.run_worker(config, config_dir, args.run_dir, worker_id=args.worker_id, stop=stop,
+                         working=working)  # fmt: skip
     elif args.role == "trainer":
         try:
             finished = roles.run_trainer(config, config_dir, args.run_dir, resume=args.resume,

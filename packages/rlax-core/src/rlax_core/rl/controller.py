@@ -16,11 +16,13 @@ Accounting, the rules that keep an asynchronous run honest:
 * **Short leases, renewed.** The trainer holds rollouts under leases of
   ``rollout.lease_s`` and renews those with less than half of it left, every step and
   while it waits for a batch. A trainer that is killed loses its leases within
-  ``lease_s``, so its successor gets those rollouts back promptly (its re-issued prompt
-  groups may be dropped by the prompt queue as already done). A held group delivered
+  ``lease_s``, so its successor gets those rollouts back promptly. A held group delivered
   again (its lease ran out, or the transport server restarted and forgot the leases) is
   held under the new delivery instead of being acked: until a checkpoint covers it, it
   must stay in the queue.
+* **Ids never reused.** A group id carries the version it was issued at, so a trainer
+  restarted from a checkpoint never reissues, as new, an id its predecessor used after
+  that checkpoint.
 """
 
 from __future__ import annotations
@@ -116,14 +118,13 @@ class Controller:
         while self.in_flight < limit:
             example_id, tokens, problem = self._next_prompt()
             group = PromptGroup(
-                group_id=f"g{self.next_index:09d}",
+                group_id=self._new_group_id(version),
                 prompt_id=example_id,
                 prompt_tokens=tuple(tokens),
                 problem=problem,
                 samples_per_prompt=self._samples,
                 min_policy_version=version,
             )
-            self.next_index += 1
             self._prompts.put(group.group_id, group.to_bytes())
             self.outstanding[group.group_id] = group
             self.accounting.issued += 1
@@ -279,13 +280,27 @@ class Controller:
         for gid in sorted(self._restored):
             lost = self.outstanding.pop(gid)
             group = lost.model_copy(
-                update={"group_id": f"g{self.next_index:09d}", "min_policy_version": version}
+                update={"group_id": self._new_group_id(version), "min_policy_version": version}
             )
-            self.next_index += 1
             self._prompts.put(group.group_id, group.to_bytes())
             self.outstanding[group.group_id] = group
             self.accounting.replaced += 1
         self._restored.clear()
+
+    def _new_group_id(self, version: int) -> str:
+        """A group id never used before in this run, by this trainer process or another.
+
+        The index alone is not enough: a trainer killed after its last checkpoint had
+        issued groups past the checkpoint's ``next_index``. Its successor, restored to
+        that index, would reuse those ids: the prompt queue drops the puts as duplicates,
+        and the dead trainer's rollouts under them are stale or already gone, so a batch
+        would never fill. The issuing version tells them apart: a successor starts at a
+        version above every one published before it (versions are never reused). The
+        index comes first, so ids sort in issue order.
+        """
+        group_id = f"g{self.next_index:09d}-v{version}"
+        self.next_index += 1
+        return group_id
 
     def _in_flight_groups(self) -> list[PromptGroup]:
         # An arrived group is re-issued on resume too: its rollouts may be lost with the

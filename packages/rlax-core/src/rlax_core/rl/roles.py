@@ -100,9 +100,14 @@ def run_trainer(
 
 
 def run_worker(
-    config: Any, config_dir: Path, run_dir: Path | None, *, worker_id: str, stop: threading.Event
-) -> None:
-    """One inference worker process; runs until ``stop`` (SIGTERM) or the transport closes."""
+    config: Any, config_dir: Path, run_dir: Path | None, *, worker_id: str, stop: threading.Event,
+    working: threading.Event | None = None,
+) -> None:  # fmt: skip
+    """One inference worker process; runs until ``stop`` (SIGTERM) or the transport closes.
+
+    ``working`` is set when the worker starts leasing prompts: before that it holds
+    nothing, so a signal during start-up may end the process at once.
+    """
     registry = load_registry()
     run_dir = run_dir or default_run_dir(config)
     if config.transport.type == "inproc":
@@ -127,6 +132,8 @@ def run_worker(
     )
     reporter = threading.Thread(target=_report, args=(worker, run_dir, stop), daemon=True)
     reporter.start()
+    if working is not None:
+        working.set()
     try:
         worker.run(stop)
     finally:
