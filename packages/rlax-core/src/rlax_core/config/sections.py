@@ -125,6 +125,13 @@ class RolloutSection(Section):
         default=False,
         description="Wrap each prompt in the tokenizer's chat template as a user message.",
     )
+    logprob_check_groups: int = Field(
+        default=1,
+        ge=0,
+        description="Prompt groups of each batch a worker re-scores by teacher forcing with "
+        "the same weights, to measure its sampler's log-probability gap (logprob_gap/max). "
+        "It costs a forward pass over those groups' sequences (0: no check).",
+    )
     lease_s: float = Field(
         default=600.0,
         gt=0.0,

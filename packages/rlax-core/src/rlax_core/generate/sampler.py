@@ -19,12 +19,13 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from rlax_core.generate.buckets import buckets_up_to
 from rlax_core.generate.sampling import SamplingParams, choose
 from rlax_core.models.logprobs import teacher_forced_logprobs
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.sharding import BATCH, batch_divisor, batch_sharding
 
-PROMPT_BUCKETS = tuple(2**i for i in range(4, 16))  # 16 … 32768 tokens
+PROMPT_BUCKETS = buckets_up_to(32768)  # 8, 10, 12, 14, 16, 20, … 32768 tokens
 MAX_STOP_TOKENS = 8
 
 

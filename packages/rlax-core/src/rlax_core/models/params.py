@@ -44,7 +44,7 @@ def build_model(
     pure = nnx.to_pure_dict(state)
 
     def fill(path: tuple, spec: jax.ShapeDtypeStruct) -> jax.Array:
-        name = ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+        name = _param_name(path)
         return make_array(name, spec, _sharding(mesh, name, spec.shape))
 
     nnx.replace_by_pure_dict(state, jax.tree_util.tree_map_with_path(fill, pure))
@@ -73,19 +73,26 @@ def place_model(model: Qwen, mesh: Mesh) -> Qwen:
 def replace_params(model: Qwen, params: Mapping[str, np.ndarray | jax.Array]) -> Qwen:
     """A model with the same config and sharding whose parameters are ``params``.
 
+    Every array goes onto the sharding of the parameter it replaces. The model's
+    structure is reused (no model is built or traced): an inference worker calls this
+    for every new policy version.
+
     Raises:
         KeyError: a parameter is missing from ``params``.
         ValueError: a shape differs.
     """
-    current = flat_params(model)
+    graphdef, state, rest = nnx.split(model, nnx.Param, ...)
 
-    def make(name: str, spec: jax.ShapeDtypeStruct, sharding: jax.sharding.Sharding) -> jax.Array:
+    def put(path: tuple, current: jax.Array) -> jax.Array:
+        name = _param_name(path)
         value = params[name]
-        if tuple(value.shape) != tuple(spec.shape):
-            raise ValueError(f"parameter {name!r} is {value.shape}, the model needs {spec.shape}")
-        return jax.device_put(np.asarray(value).astype(spec.dtype), current[name].sharding)
+        if tuple(value.shape) != tuple(current.shape):
+            raise ValueError(
+                f"parameter {name!r} is {value.shape}, the model needs {current.shape}"
+            )
+        return jax.device_put(np.asarray(value, dtype=current.dtype), current.sharding)
 
-    return build_model(model.config, make)
+    return nnx.merge(graphdef, jax.tree_util.tree_map_with_path(put, state), rest)
 
 
 def host_model(config: QwenConfig, params: Mapping[str, np.ndarray]) -> Qwen:
@@ -98,6 +105,12 @@ def host_model(config: QwenConfig, params: Mapping[str, np.ndarray]) -> Qwen:
         return jax.device_put(np.asarray(params[name]).astype(spec.dtype), sharding)
 
     return build_model(config, make)
+
+
+def _param_name(path: tuple) -> str:
+    """The flat name (``model.layers.0.mlp.up_proj.weight``) of a state leaf's key path."""
+    keys = (k for k in path if not isinstance(k, jax.tree_util.GetAttrKey))  # Variable.value
+    return ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in keys)
 
 
 def _sharding(mesh: Mesh | None, name: str, shape: tuple[int, ...]) -> jax.sharding.Sharding:

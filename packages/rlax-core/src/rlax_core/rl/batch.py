@@ -1,7 +1,8 @@
 """From rollout groups to the padded arrays one training step consumes.
 
-Sequences are prompt + completion, right-padded to a power-of-two length (so a run
-compiles its train step a bounded number of times). Per-token arrays are aligned with
+Sequences are prompt + completion, right-padded to a bucketed length
+(:mod:`rlax_core.generate.buckets`: a run compiles its train step a bounded number of
+times, and padding wastes at most a quarter). Per-token arrays are aligned with
 the *targets* ``tokens[:, 1:]``: entry ``t`` is about the token at position ``t + 1``.
 """
 
@@ -12,10 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlax_core.generate.buckets import bucket_length
 from rlax_core.rl.advantages import ADVANTAGES
 from rlax_core.types.rollout import RolloutGroup
-
-MIN_LENGTH = 16
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,8 @@ def has_signal(group: RolloutGroup) -> bool:
 
 
 def padded_length(length: int) -> int:
-    """The power of two (≥ 16) a sequence of ``length`` tokens is padded to."""
-    return max(MIN_LENGTH, 1 << (max(length, 1) - 1).bit_length())
+    """The length a sequence of ``length`` tokens is padded to."""
+    return bucket_length(length)
 
 
 def build_batch(

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 
@@ -51,13 +52,14 @@ def normalizers(mask: Array, max_new_tokens: int) -> dict[str, Array]:
     """The denominators of the three aggregations for a (whole) batch's mask.
 
     A batch split into micro-batches passes the whole batch's normalizers to each, so the
-    micro-batch losses (and their gradients) sum to exactly the whole batch's.
+    micro-batch losses (and their gradients) sum to exactly the whole batch's. A NumPy
+    mask (the trainer's host batch) is counted with NumPy: no device round trips.
     """
-    mask = jnp.asarray(mask)
+    xp = np if isinstance(mask, np.ndarray) else jnp
     return {
-        "token": jnp.maximum(mask.sum(), 1).astype(jnp.float32),
-        "sequence": jnp.maximum(mask.any(axis=1).sum(), 1).astype(jnp.float32),
-        "fixed_length": jnp.float32(mask.shape[0] * max_new_tokens),
+        "token": xp.maximum(mask.sum(), 1).astype(xp.float32),
+        "sequence": xp.maximum(mask.any(axis=1).sum(), 1).astype(xp.float32),
+        "fixed_length": xp.float32(mask.shape[0] * max_new_tokens),
     }
 
 

@@ -50,8 +50,6 @@ class InferenceWorker:
         staleness: ``pull_every``.
         seed: the run's seed.
         stop_token_ids: tokens that end a completion.
-        check_logprob_gap: score every batch by teacher forcing and report the worst
-            train/inference log-probability gap with the rollouts.
     """
 
     def __init__(
@@ -68,10 +66,8 @@ class InferenceWorker:
         staleness: StalenessSection,
         seed: int,
         stop_token_ids: tuple[int, ...],
-        check_logprob_gap: bool = True,
     ) -> None:
         self.worker_id = worker_id
-        self._check_gap = check_logprob_gap
         self._model = model
         self._sampler = Sampler(model, pad_token_id=tokenizer.pad_token_id or 0)
         self._tokenizer = tokenizer
@@ -132,7 +128,8 @@ class InferenceWorker:
                 seeds.append(sample_seed(self._seed, group.group_id, j))
                 problems.append(group.problem)
         out = self._sampler.generate(prompts, self._sampling, seed=seeds)
-        gaps = self._gaps(prompts, out) if self._check_gap else [None] * len(prompts)
+        checked = sum(g.samples_per_prompt for g in groups[: self._cfg.logprob_check_groups])
+        gaps = self._gaps(prompts[:checked], out, checked) + [None] * (len(prompts) - checked)
         texts = [self._tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
         verdicts = self._judge.judge(problems, texts)
         generation_s = time.monotonic() - started
@@ -173,12 +170,14 @@ class InferenceWorker:
         self.busy_s += time.monotonic() - started
         return True
 
-    def _gaps(self, prompts: list[list[int]], out) -> list[float | None]:
-        """Per completion, the worst gap between sampled and teacher-forced log-probs."""
-        scored = self._sampler.score(prompts, out.tokens, self._sampling.temperature)
+    def _gaps(self, prompts: list[list[int]], out, rows: int) -> list[float | None]:
+        """For the first ``rows`` completions, the worst |sampled − teacher-forced| log-prob."""
+        if rows == 0:
+            return []
+        scored = self._sampler.score(prompts, out.tokens[:rows], self._sampling.temperature)
         return [
             max((abs(a - b) for a, b in zip(s, p, strict=True)), default=None)
-            for s, p in zip(scored, out.policy_logprobs, strict=True)
+            for s, p in zip(scored, out.policy_logprobs[:rows], strict=True)
         ]
 
     def _renew(self, lease: Lease) -> Lease | None:
