@@ -10,7 +10,7 @@ sequence has produced a stop token.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import jax
@@ -22,6 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from rlax_core.generate.buckets import buckets_up_to
 from rlax_core.generate.sampling import SamplingParams, choose
 from rlax_core.models.logprobs import teacher_forced_logprobs
+from rlax_core.models.params import with_params
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.sharding import BATCH, batch_divisor, batch_sharding
 
@@ -84,6 +85,17 @@ class Sampler:
         if graphdef != self._graphdef:
             raise ValueError("set_model needs a model with the sampler's structure")
         self._state = state
+
+    def set_params(self, params: Mapping[str, np.ndarray | jax.Array]) -> None:
+        """Samples with these weights (name → array, as the parameter store holds them).
+
+        Cheaper than :meth:`set_model`: the arrays go straight into the sampler's state.
+
+        Raises:
+            KeyError: a parameter is missing.
+            ValueError: a shape differs.
+        """
+        self._state = with_params(self._state, params)
 
     def bucket_shape(self, batch: int, prompt_len: int) -> tuple[int, int]:
         """The padded (batch, prompt length) a request of this size compiles for."""

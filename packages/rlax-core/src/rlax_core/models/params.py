@@ -73,26 +73,37 @@ def place_model(model: Qwen, mesh: Mesh) -> Qwen:
 def replace_params(model: Qwen, params: Mapping[str, np.ndarray | jax.Array]) -> Qwen:
     """A model with the same config and sharding whose parameters are ``params``.
 
-    Every array goes onto the sharding of the parameter it replaces. The model's
-    structure is reused (no model is built or traced): an inference worker calls this
-    for every new policy version.
-
     Raises:
         KeyError: a parameter is missing from ``params``.
         ValueError: a shape differs.
     """
     graphdef, state, rest = nnx.split(model, nnx.Param, ...)
+    return nnx.merge(graphdef, with_params(state, params), rest)
 
-    def put(path: tuple, current: jax.Array) -> jax.Array:
+
+def with_params(state: nnx.State, params: Mapping[str, np.ndarray | jax.Array]) -> nnx.State:
+    """``state`` (a model's parameters) with every array replaced by the same-named one.
+
+    Each array goes onto the sharding of the one it replaces, in one batched transfer;
+    no model is built or traced. An inference worker does this for every new policy
+    version (see :meth:`rlax_core.generate.Sampler.set_params`).
+
+    Raises:
+        KeyError: a parameter is missing from ``params``.
+        ValueError: a shape differs.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(state)
+    values = []
+    for path, current in leaves:
         name = _param_name(path)
         value = params[name]
         if tuple(value.shape) != tuple(current.shape):
             raise ValueError(
                 f"parameter {name!r} is {value.shape}, the model needs {current.shape}"
             )
-        return jax.device_put(np.asarray(value, dtype=current.dtype), current.sharding)
-
-    return nnx.merge(graphdef, jax.tree_util.tree_map_with_path(put, state), rest)
+        values.append(np.asarray(value, dtype=current.dtype))
+    placed = jax.device_put(values, [current.sharding for _, current in leaves])
+    return jax.tree_util.tree_unflatten(treedef, placed)
 
 
 def host_model(config: QwenConfig, params: Mapping[str, np.ndarray]) -> Qwen:

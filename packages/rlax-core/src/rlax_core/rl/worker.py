@@ -21,7 +21,6 @@ from rlax_core.contracts.queue import Queue
 from rlax_core.contracts.verifier import Judge
 from rlax_core.errors import LeaseExpiredError, TransportClosedError, VersionNotFoundError
 from rlax_core.generate import Sampler, SamplingParams
-from rlax_core.models.params import replace_params
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.types.lease import Lease
@@ -68,7 +67,6 @@ class InferenceWorker:
         stop_token_ids: tuple[int, ...],
     ) -> None:
         self.worker_id = worker_id
-        self._model = model
         self._sampler = Sampler(model, pad_token_id=tokenizer.pad_token_id or 0)
         self._tokenizer = tokenizer
         self._judge = judge
@@ -217,7 +215,6 @@ class InferenceWorker:
             fetched = self._store.fetch(latest.version)
         except VersionNotFoundError:  # evicted meanwhile: a newer one exists
             return self._ensure_weights(needed, stop)
-        self._model = replace_params(self._model, fetched.arrays)
-        self._sampler.set_model(self._model)
+        self._sampler.set_params(fetched.arrays)
         self.version = latest.version
         return True
