@@ -19,8 +19,13 @@ from rlax_core.models.sharding import param_sharding
 
 def flat_params(model: nnx.Module) -> dict[str, jax.Array]:
     """name → array of every parameter, in a stable (sorted) order."""
-    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
-    return dict(sorted((".".join(map(str, path)), var.get_value()) for path, var in flat))
+    return params_by_name(nnx.state(model, nnx.Param))
+
+
+def params_by_name(state: nnx.State) -> dict[str, jax.Array]:
+    """name → array of a model's parameter state (``nnx.split(model, nnx.Param)``), sorted."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(state)
+    return dict(sorted((_param_name(path), array) for path, array in leaves))
 
 
 def param_shapes(config: QwenConfig) -> dict[str, jax.ShapeDtypeStruct]:

@@ -23,7 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlax_core.config.training_sections import AlgorithmSection, TrainerSection
 from rlax_core.models.logprobs import policy_log_softmax
-from rlax_core.models.params import flat_params
+from rlax_core.models.params import params_by_name
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.sharding import batch_divisor, batch_sharding
 from rlax_core.rl.batch import TrainBatch
@@ -99,7 +99,7 @@ class Learner:
 
     def flat_params(self) -> dict[str, jax.Array]:
         """name → array of the current parameters (what the parameter store publishes)."""
-        return flat_params(self.model)
+        return params_by_name(self.params)
 
     def train_step(self, batch: TrainBatch, version: int) -> dict[str, float]:
         """One training step: ``minibatches_per_step`` optimiser updates on ``batch``.
