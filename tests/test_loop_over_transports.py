@@ -11,14 +11,13 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from rlax_core.rl.metrics_log import read_metrics
+from rlax_core.testing.processes import rlax, serve, stop
 from rlax_core.testing.run_configs import small_run_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,39 +57,9 @@ def _config(tmp_path: Path, kind: str) -> Path:
     return path
 
 
-def _rlax(*args: str | Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "rlax_core.cli", *map(str, args)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
-
-def _serve(config: Path) -> subprocess.Popen:
-    server = _rlax("serve", "param-server", "--config", config)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = server.stdout.readline()
-        if line.startswith("serving"):
-            return server
-        if server.poll() is not None:
-            pytest.fail(f"rlax serve exited {server.returncode}: {server.stderr.read()[-3000:]}")
-    server.kill()
-    pytest.fail("rlax serve did not start within 60 s")
-
-
 def _finished(process: subprocess.Popen, timeout: float = 900) -> None:
     _, err = process.communicate(timeout=timeout)
     assert process.returncode == 0, f"exit {process.returncode}:\n{err[-4000:]}"
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _check(run_dir: Path) -> None:
@@ -104,27 +73,27 @@ def _check(run_dir: Path) -> None:
 @pytest.mark.parametrize("kind", ["nats", "grpc"])
 def test_trainer_and_worker_processes_over_the_transport(tmp_path: Path, kind: str) -> None:
     config = _config(tmp_path, kind)
-    server = _serve(config)
+    server = serve(config)
     run_dir = tmp_path / "run"
-    worker = _rlax("train", config, "--run-dir", run_dir, "--role", "worker", "--worker-id", "w0")
+    worker = rlax("train", config, "--run-dir", run_dir, "--role", "worker", "--worker-id", "w0")
     try:
-        trainer = _rlax("train", config, "--run-dir", run_dir, "--role", "trainer", "--no-progress")
+        trainer = rlax("train", config, "--run-dir", run_dir, "--role", "trainer", "--no-progress")
         _finished(trainer)
         _check(run_dir)
         # A worker is stopped the way a scheduler reclaims it: SIGTERM, and it exits cleanly.
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) in (0, 128 + signal.SIGTERM), worker.stderr.read()[-3000:]
     finally:
-        _stop(worker)
-        _stop(server)
+        stop(worker)
+        stop(server)
 
 
 @pytest.mark.parametrize("kind", ["nats", "grpc"])
 def test_the_embedded_run_over_the_transport(tmp_path: Path, kind: str) -> None:
     config = _config(tmp_path, kind)
-    server = _serve(config)
+    server = serve(config)
     try:
-        _finished(_rlax("train", config, "--run-dir", tmp_path / "run", "--no-progress"))
+        _finished(rlax("train", config, "--run-dir", tmp_path / "run", "--no-progress"))
         _check(tmp_path / "run")
     finally:
-        _stop(server)
+        stop(server)

@@ -18,7 +18,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import yaml
 
 from rlax_core.models.safetensors_file import SafetensorsReader
 from rlax_core.rl.metrics_log import read_metrics
+from rlax_core.testing.processes import rlax, serve, stop
 from rlax_core.testing.run_configs import small_run_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,24 +73,9 @@ def _config(tmp_path: Path, name: str, *, evaluate: bool = True) -> Path:
 
 
 def _rlax(*args: str | Path, devices: int = 1) -> subprocess.Popen:
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "rlax_core.cli", *map(str, args)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
-
-
-def _serve(config: Path) -> subprocess.Popen:
-    server = _rlax("serve", "param-server", "--config", config)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = server.stdout.readline()
-        if line.startswith("serving"):
-            return server
-        if server.poll() is not None:
-            pytest.fail(f"rlax serve exited {server.returncode}: {server.stderr.read()[-3000:]}")
-    server.kill()
-    pytest.fail("rlax serve did not start within 60 s")
+    return rlax(
+        *args, env={**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    )
 
 
 def _trainers(config: Path, run_dir: Path, *extra: str) -> list[subprocess.Popen]:
@@ -124,16 +109,6 @@ def _tail(err: str) -> str:
     """The end of a process's stderr, without the array dumps of a failed check."""
     lines = [line for line in err.splitlines() if not line.startswith((" ", "\t"))]
     return "\n".join(lines)[-4000:]
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _final_params(run_dir: Path) -> dict[str, np.ndarray]:
@@ -172,7 +147,7 @@ def _wait_for_step(processes: list[subprocess.Popen], run_dir: Path, step: int) 
 
 def _run(config: Path, run_dir: Path, *, processes: int) -> None:
     """One whole run: its own parameter server, one worker, and the trainer."""
-    server = _serve(config)
+    server = serve(config)
     worker = _rlax("train", config, "--run-dir", run_dir, "--role", "worker", "--worker-id", "w0")
     try:
         if processes == 1:
@@ -182,8 +157,8 @@ def _run(config: Path, run_dir: Path, *, processes: int) -> None:
             trainer = _trainers(config, run_dir)
         _finished(trainer)
     finally:
-        _stop(worker)
-        _stop(server)
+        stop(worker)
+        stop(server)
 
 
 def test_two_trainer_processes_train_what_one_process_trains(tmp_path: Path) -> None:
@@ -209,7 +184,7 @@ def test_two_trainer_processes_train_what_one_process_trains(tmp_path: Path) -> 
 def test_a_stop_asked_of_one_process_stops_both_and_they_resume(tmp_path: Path) -> None:
     """SIGTERM to the non-leader only: both checkpoint and stop; restarted, they resume."""
     config, run_dir = _config(tmp_path, "stop", evaluate=False), tmp_path / "stop"
-    server = _serve(config)
+    server = serve(config)
     worker = _rlax("train", config, "--run-dir", run_dir, "--role", "worker", "--worker-id", "w0")
     try:
         trainers = _trainers(config, run_dir)
@@ -224,8 +199,8 @@ def test_a_stop_asked_of_one_process_stops_both_and_they_resume(tmp_path: Path) 
 
         _finished(_trainers(config, run_dir, "--resume"))
     finally:
-        _stop(worker)
-        _stop(server)
+        stop(worker)
+        stop(server)
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == list(range(STEPS + 1))  # every step once, none lost
     trained = _trained_ids(run_dir, STEPS)

@@ -20,7 +20,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import pytest
 import yaml
 
 from rlax_core.rl.metrics_log import read_metrics
+from rlax_core.testing.processes import rlax, serve, stop
 from rlax_core.testing.run_configs import small_run_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,37 +61,6 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
-def _rlax(*args: str | Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "rlax_core.cli", *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _serve(config: Path) -> subprocess.Popen:
-    server = _rlax("serve", "param-server", "--config", config)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if server.stdout.readline().startswith("serving"):
-            return server
-        if server.poll() is not None:
-            pytest.fail(f"rlax serve exited {server.returncode}: {server.stderr.read()[-3000:]}")
-    server.kill()
-    pytest.fail("rlax serve did not start within 60 s")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def _kill_after_step(process: subprocess.Popen, run_dir: Path, step: int) -> None:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -110,12 +79,12 @@ def _kill_after_step(process: subprocess.Popen, run_dir: Path, step: int) -> Non
 def test_a_killed_trainer_gets_its_leased_rollouts_back_within_the_lease(tmp_path: Path) -> None:
     config = _config(tmp_path)
     run_dir = tmp_path / "run"
-    server = _serve(config)
-    worker = _rlax("train", config, "--run-dir", run_dir, "--role", "worker", "--worker-id", "w0")
+    server = serve(config)
+    worker = rlax("train", config, "--run-dir", run_dir, "--role", "worker", "--worker-id", "w0")
     trainer_args = ("train", config, "--run-dir", run_dir, "--role", "trainer", "--no-progress")
     try:
-        _kill_after_step(_rlax(*trainer_args), run_dir, 3)  # checkpoint at 2: step 3 is held
-        restarted = _rlax(*trainer_args)  # no --resume: a trainer role resumes by itself
+        _kill_after_step(rlax(*trainer_args), run_dir, 3)  # checkpoint at 2: step 3 is held
+        restarted = rlax(*trainer_args)  # no --resume: a trainer role resumes by itself
         try:
             _, err = restarted.communicate(timeout=FINISH_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -123,8 +92,8 @@ def test_a_killed_trainer_gets_its_leased_rollouts_back_within_the_lease(tmp_pat
             pytest.fail(f"the restarted trainer did not finish in {FINISH_TIMEOUT_S} s")
         assert restarted.returncode == 0, err[-4000:]
     finally:
-        _stop(worker)
-        _stop(server)
+        stop(worker)
+        stop(server)
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == list(range(STEPS + 1))
     assert rows[-1]["groups/trained"] == STEPS * PROMPTS_PER_STEP
