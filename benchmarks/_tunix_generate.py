@@ -16,8 +16,8 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from _tunix_model import model_config
 from tunix.generate import sampler as sampler_lib
-from tunix.models.qwen2 import model as model_lib
 from tunix.models.qwen2 import params as params_lib
 
 
@@ -42,15 +42,8 @@ class IdTokenizer:
 
 def main() -> None:
     checkpoint, job_path, out_path = map(Path, sys.argv[1:4])
-    hf = json.loads((checkpoint / "config.json").read_text())
     job = json.loads(job_path.read_text())
-    config = model_lib.ModelConfig(
-        num_layers=hf["num_hidden_layers"], vocab_size=hf["vocab_size"],
-        embed_dim=hf["hidden_size"], hidden_dim=hf["intermediate_size"],
-        num_heads=hf["num_attention_heads"], head_dim=hf["head_dim"],
-        num_kv_heads=hf["num_key_value_heads"], rope_theta=int(hf["rope_theta"]),
-        norm_eps=hf["rms_norm_eps"], use_tied_embedding=hf["tie_word_embeddings"],
-    )  # fmt: skip
+    config = model_config(checkpoint)
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp"))
     model = params_lib.create_model_from_safe_tensors(str(checkpoint), config, mesh)
     prompt_len, new_tokens = job["prompt_len"], job["new_tokens"]

@@ -16,10 +16,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlax_core.child_processes import signal_when_parent_dies
 from rlax_core.errors import RlaxError
 
 _READY_LINE = "Server is ready"
@@ -131,12 +131,13 @@ class NatsServerProcess:
         conf.write_text(self._config_text())
         log = self.log_path.open("ab")
         offset = log.tell()  # a restart appends: only lines after this count
+        die = signal_when_parent_dies(os.getpid(), signal.SIGKILL) if self.die_with_parent else None
         self._process = subprocess.Popen(
             [str(find_nats_server()), "-c", str(conf)],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C of the parent reaches it only through stop()
-            preexec_fn=_kill_when_parent_dies(os.getpid()) if self.die_with_parent else None,
+            preexec_fn=die,
         )
         log.close()
         self._wait_ready(offset)
@@ -226,24 +227,6 @@ class NatsServerProcess:
             f"nats-server on {self.host}:{self.port} was not ready after {_START_TIMEOUT_S:.0f} s; "
             f"its log:\n{self.log_tail()}"
         )
-
-
-def _kill_when_parent_dies(parent_pid: int) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that asks Linux to SIGKILL the child when its parent dies."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    # Loaded here, in the parent: nothing may be imported between fork and exec.
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    pr_set_pdeathsig = 1
-
-    def arrange() -> None:
-        prctl(pr_set_pdeathsig, signal.SIGKILL)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return arrange
 
 
 def _quote(value: str) -> str:

@@ -14,12 +14,11 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+from rlax_core.child_processes import signal_when_parent_dies
 from rlax_core.rl.process_table import LOGS_DIR, ProcessEntry, ProcessState
 
 Role = Literal["transport", "trainer", "worker"]
@@ -77,7 +76,7 @@ class SupervisedProcess:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_terminate_when_parent_dies(os.getpid()),
+                preexec_fn=signal_when_parent_dies(os.getpid(), signal.SIGTERM),
             )
         self.state = "running"
         self.started_at = time.time()
@@ -168,21 +167,3 @@ class SupervisedProcess:
             started_at=self.started_at,
             log=str(Path(LOGS_DIR) / self.log_path.name),
         )
-
-
-def _terminate_when_parent_dies(parent_pid: int) -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking Linux to SIGTERM the child when the launcher dies."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    # Loaded here, in the parent: nothing may be imported between fork and exec.
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    pr_set_pdeathsig = 1
-
-    def arrange() -> None:
-        prctl(pr_set_pdeathsig, signal.SIGTERM)
-        if os.getppid() != parent_pid:  # the launcher died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return arrange
