@@ -32,6 +32,17 @@ def test_decoding_with_a_cache_equals_the_full_forward(architecture: str) -> Non
     np.testing.assert_allclose(np.stack(steps[:-1], 1), np.asarray(full[:, 4:8]), atol=1e-5)
 
 
+def test_logits_at_given_positions_equal_the_full_forward() -> None:
+    model = init_model(QwenConfig.tiny(), seed=0)
+    tokens = jnp.asarray(np.random.default_rng(1).integers(0, 512, (3, 10)), jnp.int32)
+    positions = jnp.asarray([[0, 4, 9], [5, 6, 7], [9, 9, 2]], jnp.int32)
+    full = np.asarray(model(tokens))
+    some = np.asarray(model(tokens, logits_at=positions))
+    assert some.shape == (3, 3, 512)
+    expected = np.take_along_axis(full, np.asarray(positions)[..., None], axis=1)
+    np.testing.assert_allclose(some, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_remat_changes_memory_not_gradients() -> None:
     tokens = jnp.asarray(np.random.default_rng(1).integers(0, 512, (2, 12)), jnp.int32)
 

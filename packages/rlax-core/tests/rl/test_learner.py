@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from rlax_core.config.training_sections import AlgorithmSection, MeshSection, TrainerSection
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.models import MeshShape, QwenConfig, flat_params, init_model, replace_params
-from rlax_core.rl.batch import TrainBatch, build_batch
+from rlax_core.models.logprobs import teacher_forced_logprobs
+from rlax_core.rl.batch import TrainBatch, build_batch, loss_positions
 from rlax_core.rl.learner import Learner
+from rlax_core.rl.model_rows import choose_rows
 from rlax_core.types import Rollout, RolloutGroup
 
 CONFIG = QwenConfig.tiny(vocab_size=128, tie_embeddings=False)
@@ -42,7 +46,23 @@ def batch() -> TrainBatch:
     return build_batch(groups, advantage="grpo")[0]
 
 
-def _train(batch: TrainBatch, *, mesh=None, **trainer) -> tuple[Learner, dict]:
+class _EveryPositionLearner(Learner):
+    """The reference: a row per sequence, logits at every position, as a plain
+    teacher-forced pass has them."""
+
+    def _policy(self, params, arrays):
+        assert "segments" not in arrays, "train the reference with share_prompts=False"
+        model = nnx.merge(self.graphdef, params)
+        logits = model(arrays["tokens"], arrays["valid"])[:, :-1]
+        log_probs = jax.nn.log_softmax(logits / self.temperature, axis=-1)
+        window = arrays["logits_at"]
+        logp = teacher_forced_logprobs(model, arrays["tokens"], arrays["valid"], self.temperature)
+        return jnp.take_along_axis(logp, window, axis=1), jnp.take_along_axis(
+            log_probs, window[..., None], axis=1
+        )
+
+
+def _train(batch: TrainBatch, *, mesh=None, learner=Learner, algorithm=None, **trainer):
     # A huge Adam ε makes the update linear in the gradient, so comparisons are not
     # dominated by sign flips of near-zero gradient entries.
     settings = {"learning_rate": 100.0, "adam_eps": 1e3, "max_grad_norm": 1e9, **trainer}
@@ -51,8 +71,9 @@ def _train(batch: TrainBatch, *, mesh=None, **trainer) -> tuple[Learner, dict]:
         from rlax_core.models import place_model
 
         model = place_model(model, mesh)
-    learner = Learner(model, trainer=TrainerSection(**settings), algorithm=AlgorithmSection(),
-                      temperature=1.0, max_new_tokens=6, mesh=mesh)  # fmt: skip
+    learner = learner(model, trainer=TrainerSection(**settings),
+                      algorithm=algorithm or AlgorithmSection(), temperature=1.0, max_new_tokens=6,
+                      mesh=mesh)  # fmt: skip
     return learner, learner.train_step(batch, version=7)
 
 
@@ -78,6 +99,55 @@ def test_micro_batches_give_the_whole_batch_gradient(batch: TrainBatch) -> None:
     _close(whole, micro)
     for key in ("loss/total", "entropy/mean", "is_weight/mean", "grad_norm"):
         assert micro_metrics[key] == pytest.approx(whole_metrics[key], rel=1e-5, abs=1e-5), key
+
+
+def test_the_loss_window_holds_every_counted_target() -> None:
+    mask = np.zeros((4, 12), bool)
+    mask[0, 2:5] = True  # 3 targets
+    mask[1, 9:12] = True  # at the end: the window must not run past it
+    mask[2, [3, 6]] = True  # a hole inside the span
+    positions = loss_positions(mask, max_new_tokens=6)
+    assert positions.shape == (4, 6)  # the widest span (4) bucketed, capped at max_new_tokens
+    for row in range(4):
+        assert (np.diff(positions[row]) == 1).all() and positions[row, 0] >= 0
+        assert positions[row, -1] < 12 and set(np.flatnonzero(mask[row])) <= set(positions[row])
+    assert loss_positions(mask[:, :5], max_new_tokens=6).shape == (4, 5)  # at most L − 1
+    assert loss_positions(np.zeros((2, 8), bool), max_new_tokens=4).shape == (2, 4)
+
+
+@pytest.mark.parametrize("entropy_coef", [0.0, 0.5])
+def test_logits_at_the_loss_window_give_the_full_gradient(
+    batch: TrainBatch, entropy_coef: float
+) -> None:
+    algorithm = AlgorithmSection(entropy_coef=entropy_coef)
+    window, window_metrics = _train(batch, algorithm=algorithm, share_prompts=False)
+    full, full_metrics = _train(
+        batch, algorithm=algorithm, learner=_EveryPositionLearner, share_prompts=False
+    )
+    _close(full, window)
+    for key in ("loss/total", "entropy/mean", "is_weight/mean", "grad_norm"):
+        assert window_metrics[key] == pytest.approx(full_metrics[key], rel=1e-5, abs=1e-6), key
+
+
+@pytest.mark.parametrize("trainer", [{}, {"micro_batch_tokens": 64, "minibatches_per_step": 3}])
+def test_shared_prompt_rows_give_the_plain_rows_gradient(batch: TrainBatch, trainer) -> None:
+    positions = loss_positions(batch.loss_mask, 6)
+    assert choose_rows(batch, positions, CONFIG, share_prompts=True).per_row == 4  # shared
+    plain, plain_metrics = _train(batch, share_prompts=False, **trainer)
+    shared, shared_metrics = _train(batch, **trainer)
+    _close(plain, shared)
+    for key in ("loss/total", "entropy/mean", "is_weight/mean", "grad_norm"):
+        assert shared_metrics[key] == pytest.approx(plain_metrics[key], rel=1e-5, abs=1e-6), key
+
+
+def test_the_entropy_bonus_has_a_gradient(batch: TrainBatch) -> None:
+    # Without the bonus the entropy is a metric only (no gradient through the vocabulary);
+    # with it, the update must differ.
+    plain, plain_metrics = _train(batch)
+    bonus, bonus_metrics = _train(batch, algorithm=AlgorithmSection(entropy_coef=0.5))
+    assert bonus_metrics["entropy/mean"] == pytest.approx(plain_metrics["entropy/mean"])
+    with pytest.raises(AssertionError):
+        _close(plain, bonus, tolerance=0.05)
 
 
 def test_on_policy_rollouts_match_the_trainer(batch: TrainBatch) -> None:

@@ -86,6 +86,12 @@ class TrainerSection(Section):
         description="Tokens (sequences × padded length) per micro-batch; gradients of the "
         "micro-batches of a step are accumulated.",
     )
+    share_prompts: bool = Field(
+        default=True,
+        description="Train each rollout group as one row that holds its prompt once, "
+        "followed by every sample's completion (same loss and gradient), when that costs "
+        "fewer FLOPs than a row per sample: short completions of long prompts.",
+    )
     minibatches_per_step: int = Field(
         default=1,
         ge=1,

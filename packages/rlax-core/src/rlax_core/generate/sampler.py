@@ -241,7 +241,7 @@ class Sampler:
             cache=cache,
             cache_index=0,
             cache_valid=cache_valid,
-            last_logits_only=True,
+            logits_at=jnp.full((batch, 1), prompt_len - 1),
         )
         row_keys = jax.vmap(jax.random.key)(seeds)
         next_position = valid.sum(axis=1)  # position of the first generated token

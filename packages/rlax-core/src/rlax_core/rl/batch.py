@@ -33,6 +33,9 @@ class TrainBatch:
         rewards: (N,) float32 (NaN for a sample without a reward).
         versions: (N,) int64, the policy version that produced each sequence.
         group_ids: the rollout groups, in order.
+        groups: (N,) int32, each sequence's index in ``group_ids`` (groups are
+            consecutive rows).
+        prompt_lengths: (N,) int32, the prompt's tokens at the start of each sequence.
     """
 
     tokens: np.ndarray
@@ -44,6 +47,8 @@ class TrainBatch:
     rewards: np.ndarray
     versions: np.ndarray
     group_ids: tuple[str, ...]
+    groups: np.ndarray
+    prompt_lengths: np.ndarray
 
     @property
     def num_sequences(self) -> int:
@@ -60,6 +65,32 @@ def has_signal(group: RolloutGroup) -> bool:
     """Whether a group's rewards differ (a group of equal rewards teaches nothing)."""
     rewards = {r.reward for r in group.rollouts if r.reward is not None}
     return len(rewards) > 1
+
+
+def loss_positions(loss_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
+    """Per row, the target indices of a window that holds every target in the loss.
+
+    The trainer computes logits at these positions only: the prompt's positions predict
+    nothing that is trained, and the LM head and the softmax over the vocabulary are a
+    large part of a step (and of its memory) for a big vocabulary or a short completion.
+
+    Args:
+        loss_mask: (N, L − 1) bool, as in :class:`TrainBatch`.
+        max_new_tokens: the completion limit; the width never exceeds it unless a row's
+            counted targets are wider.
+
+    Returns:
+        (N, W) int32, ascending and distinct in each row, within [0, L − 1). W is the
+        widest row's span, bucketed (bounded compilations) and capped as above.
+    """
+    targets = loss_mask.shape[1]
+    counted = loss_mask.any(axis=1)
+    first = np.where(counted, loss_mask.argmax(axis=1), 0)
+    last = np.where(counted, targets - 1 - loss_mask[:, ::-1].argmax(axis=1), 0)
+    widest = int((last - first + 1)[counted].max(initial=1))
+    width = min(max(widest, min(bucket_length(widest), max_new_tokens)), targets)
+    start = np.minimum(first, targets - width)
+    return (start[:, None] + np.arange(width)[None, :]).astype(np.int32)
 
 
 def padded_length(length: int) -> int:
@@ -101,6 +132,8 @@ def build_batch(
     flat_adv = np.zeros(n, np.float32)
     flat_rewards = np.full(n, np.nan, np.float32)
     versions = np.zeros(n, np.int64)
+    group_of = np.zeros(n, np.int32)
+    prompt_lengths = np.zeros(n, np.int32)
     row = 0
     for i, group in enumerate(groups):
         p = len(group.prompt_tokens)
@@ -119,6 +152,8 @@ def build_batch(
             flat_adv[row] = advantages[i, j]
             flat_rewards[row] = rewards[i, j]
             versions[row] = group.policy_version
+            group_of[row] = i
+            prompt_lengths[row] = p
             row += 1
     batch = TrainBatch(
         tokens=tokens,
@@ -130,6 +165,8 @@ def build_batch(
         rewards=flat_rewards,
         versions=versions,
         group_ids=tuple(g.group_id for g in groups),
+        groups=group_of,
+        prompt_lengths=prompt_lengths,
     )
     lengths = [len(r.completion_tokens) for _, r in rollouts]
     metrics = {

@@ -1,6 +1,7 @@
 """The learner: recomputes log-probabilities, forms the loss, and steps the optimiser.
 
-One training step consumes one :class:`TrainBatch`. It is split into
+One training step consumes one :class:`TrainBatch`. Logits are computed only at the
+completion's positions (:func:`~rlax_core.rl.batch.loss_positions`). The step is split into
 ``minibatches_per_step`` optimiser updates, each accumulated over micro-batches of at
 most ``micro_batch_tokens`` tokens. Micro-batches use the whole mini-batch's loss
 normalisers, so accumulating their gradients gives exactly the mini-batch's gradient.
@@ -12,6 +13,7 @@ and micro-batches are split over the data-parallel axes.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -26,13 +28,23 @@ from rlax_core.models.logprobs import policy_log_softmax
 from rlax_core.models.params import params_by_name
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.sharding import batch_divisor, batch_sharding
-from rlax_core.rl.batch import TrainBatch
+from rlax_core.rl.batch import TrainBatch, loss_positions
 from rlax_core.rl.losses import LossConfig, normalizers, policy_objective
+from rlax_core.rl.model_rows import ModelRows, choose_rows, shared_prompt_mask
 from rlax_core.rl.optimizer import learning_rate_schedule, make_optimizer
 
 # Metrics combined by maximum across micro- and mini-batches; all others are sums of
 # batch-normalised parts (micro-batches) and then means (mini-batches).
 _MAX_METRICS = ("is_weight/max", "logprob_gap/trainer_max", "logprob_gap/stale_max")
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One training step's batch, its loss windows and the model rows that hold them."""
+
+    batch: TrainBatch
+    positions: np.ndarray
+    rows: ModelRows
 
 
 class Learner:
@@ -112,18 +124,20 @@ class Learner:
         Returns:
             Scalar metrics of the step.
         """
-        n = batch.num_sequences
-        order = np.arange(n)
-        minibatches = np.array_split(order, min(self.trainer.minibatches_per_step, n))
+        positions = loss_positions(batch.loss_mask, self.loss_config.max_new_tokens)
+        rows = choose_rows(batch, positions, self.config, share_prompts=self.trainer.share_prompts)
+        step = _Step(batch, positions, rows)
+        order = np.arange(rows.count)  # mini-batches of whole rows (whole groups if shared)
+        minibatches = np.array_split(order, min(self.trainer.minibatches_per_step, rows.count))
         prox = None
         if len(minibatches) > 1:  # the proximal policy: the weights before the first update
-            prox = self._batched_logprobs(batch, self.params)
+            prox = self._batched_logprobs(step, self.params)
         reference = None
         if self.reference_params is not None:
-            reference = self._batched_logprobs(batch, self.reference_params)
+            reference = self._batched_logprobs(step, self.reference_params)
         step_metrics: list[dict[str, float]] = []
-        for rows in minibatches:
-            step_metrics.append(self._update(batch, rows, version, prox, reference))
+        for part in minibatches:
+            step_metrics.append(self._update(step, part, version, prox, reference))
         return _combine(step_metrics, mean=True)
 
     def state(self) -> dict[str, Any]:
@@ -150,22 +164,43 @@ class Learner:
         divisor = batch_divisor(self.mesh) if self.mesh is not None else 1
         return -(-size // divisor) * divisor
 
-    def _micro_arrays(self, batch: TrainBatch, rows: np.ndarray, size: int, extra: dict) -> dict:
-        def take(array: np.ndarray) -> np.ndarray:
-            out = np.zeros((size, *array.shape[1:]), array.dtype)
-            out[: len(rows)] = array[rows]
+    def _micro_arrays(self, step: _Step, part: np.ndarray, size: int, extra: dict) -> dict:
+        """The device arrays of one micro-batch: model rows ``part``, padded to ``size``.
+
+        Per-target arrays are taken at the loss window of the rows' sequences; ``extra``
+        arrays are per-window already.
+        """
+        rows, batch = step.rows, step.batch
+        sequences = rows.sequences(part)
+
+        def pad(values: np.ndarray, count: int = size, fill: int = 0) -> np.ndarray:
+            out = np.full((count, *values.shape[1:]), fill, values.dtype)
+            out[: len(values)] = values
             return out
 
+        def per_sequence(values: np.ndarray) -> np.ndarray:
+            return pad(values, size * rows.per_row)
+
+        at = step.positions[sequences]
+
+        def window(array: np.ndarray) -> np.ndarray:
+            return per_sequence(np.take_along_axis(array[sequences], at, axis=1))
+
         arrays = {
-            "tokens": take(batch.tokens),
-            "valid": take(batch.valid),
-            "loss_mask": take(batch.loss_mask),
-            "behaviour": take(batch.behaviour_logprobs),
-            "sampler": take(batch.sampler_logprobs),
-            "advantages": take(batch.advantages),
-            "versions": take(batch.versions),
+            "tokens": pad(rows.tokens[part]),
+            "valid": pad(rows.valid[part]),
+            "rope": pad(rows.rope[part]),
+            "logits_at": pad(rows.logits_at[part]),
+            "targets": pad(rows.targets[part]),
+            "loss_mask": window(batch.loss_mask),
+            "behaviour": window(batch.behaviour_logprobs),
+            "sampler": window(batch.sampler_logprobs),
+            "advantages": per_sequence(batch.advantages[sequences]),
+            "versions": per_sequence(batch.versions[sequences]),
         }
-        arrays.update({k: take(v) for k, v in extra.items() if v is not None})
+        if rows.segments is not None:
+            arrays["segments"] = pad(rows.segments[part], fill=-1)
+        arrays.update({k: per_sequence(v[sequences]) for k, v in extra.items() if v is not None})
         if self.mesh is not None:
             # Each process places its own rows (every process holds the whole batch);
             # device_put would first compare the values across processes.
@@ -183,18 +218,20 @@ class Learner:
 
     def _update(
         self,
-        batch: TrainBatch,
-        rows: np.ndarray,
+        step: _Step,
+        part: np.ndarray,
         version: int,
         prox: np.ndarray | None,
         reference: np.ndarray | None,
     ) -> dict[str, float]:
-        norms = normalizers(batch.loss_mask[rows], self.loss_config.max_new_tokens)
-        chunks, size = self._chunks(rows, batch.tokens.shape[1])
+        mask = step.batch.loss_mask[step.rows.sequences(part)]
+        norms = normalizers(mask, self.loss_config.max_new_tokens)
+        chunks, size = self._chunks(part, step.rows.tokens.shape[1])
         grads = None
         parts = []
+        extra = {"prox": prox, "reference": reference}
         for chunk in chunks:
-            arrays = self._micro_arrays(batch, chunk, size, {"prox": prox, "reference": reference})
+            arrays = self._micro_arrays(step, chunk, size, extra)
             g, metrics = self._micro(self.params, arrays, norms, jnp.int32(version))
             grads = g if grads is None else self._add(grads, g)
             parts.append(metrics)
@@ -206,18 +243,36 @@ class Learner:
         metrics["learning_rate"] = learning_rate
         return metrics
 
-    def _token_logprobs(self, params: nnx.State, tokens: jax.Array, valid: jax.Array) -> jax.Array:
-        logits = nnx.merge(self.graphdef, params)(tokens, valid)[:, :-1]
+    def _policy(self, params: nnx.State, arrays: dict) -> tuple[jax.Array, jax.Array]:
+        """Log-probabilities at the loss windows: of the targets (N, W), and all (N, W, V)."""
+        segments = arrays.get("segments")
+        model = nnx.merge(self.graphdef, params)
+        logits = model(
+            arrays["tokens"],
+            arrays["valid"],
+            positions=arrays["rope"],
+            attention_mask=None if segments is None else shared_prompt_mask(segments),
+            logits_at=arrays["logits_at"],
+        )
         log_probs = policy_log_softmax(logits, self.temperature)
-        return jnp.take_along_axis(log_probs, tokens[:, 1:, None], axis=-1)[..., 0]
+        logp = jnp.take_along_axis(log_probs, arrays["targets"][..., None], axis=-1)[..., 0]
+        width = arrays["loss_mask"].shape[1]  # rows of several sequences: one row each
+        return logp.reshape(-1, width), log_probs.reshape(-1, width, log_probs.shape[-1])
 
-    def _batched_logprobs(self, batch: TrainBatch, params: nnx.State) -> np.ndarray:
-        chunks, size = self._chunks(np.arange(batch.num_sequences), batch.tokens.shape[1])
-        out = np.zeros(batch.loss_mask.shape, np.float32)
+    def _token_logprobs(self, params: nnx.State, arrays: dict) -> jax.Array:
+        return self._policy(params, arrays)[0]
+
+    def _batched_logprobs(self, step: _Step, params: nnx.State) -> np.ndarray:
+        """Log-probabilities of the loss windows' targets under ``params``: (N, W)."""
+        rows = step.rows
+        chunks, size = self._chunks(np.arange(rows.count), rows.tokens.shape[1])
+        out = np.zeros(step.positions.shape, np.float32)
+        inputs = ("tokens", "valid", "rope", "logits_at", "targets", "segments", "loss_mask")
         for chunk in chunks:
-            arrays = self._micro_arrays(batch, chunk, size, {})
-            values = self._logprobs(params, arrays["tokens"], arrays["valid"])
-            out[chunk] = np.asarray(values)[: len(chunk)]
+            arrays = self._micro_arrays(step, chunk, size, {})
+            values = self._logprobs(params, {k: v for k, v in arrays.items() if k in inputs})
+            sequences = rows.sequences(chunk)
+            out[sequences] = np.asarray(values)[: len(sequences)]
         return out
 
     def _micro_step(
@@ -226,10 +281,9 @@ class Learner:
         cfg = self.loss_config
 
         def loss_fn(params: nnx.State) -> tuple[jax.Array, dict]:
-            logits = nnx.merge(self.graphdef, params)(arrays["tokens"], arrays["valid"])[:, :-1]
-            log_probs = policy_log_softmax(logits, self.temperature)
-            targets = arrays["tokens"][:, 1:, None]
-            logp = jnp.take_along_axis(log_probs, targets, axis=-1)[..., 0]
+            logp, log_probs = self._policy(params, arrays)
+            if cfg.entropy_coef == 0:  # a metric only: no gradient through the vocabulary
+                log_probs = jax.lax.stop_gradient(log_probs)
             entropy = -(jnp.exp(log_probs) * log_probs).sum(axis=-1)
             prox = arrays.get("prox", jax.lax.stop_gradient(logp))
             loss, metrics = policy_objective(

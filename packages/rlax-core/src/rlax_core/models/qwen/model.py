@@ -77,8 +77,9 @@ class Qwen(nnx.Module):
         cache: KVCache | None = None,
         cache_index: jax.Array | int = 0,
         cache_valid: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
         return_hidden_states: bool = False,
-        last_logits_only: bool = False,
+        logits_at: jax.Array | None = None,
     ) -> jax.Array | tuple:
         """Runs the model.
 
@@ -92,11 +93,15 @@ class Qwen(nnx.Module):
             cache_index: first cache slot of ``tokens``.
             cache_valid: (batch, slots) bool, which cache slots hold real tokens,
                 including the ones written by this call. Required with a cache.
+            attention_mask: (batch, length, length) bool, True where a query may see a
+                key, instead of the causal mask over valid tokens (without a cache):
+                e.g. several completions packed behind one shared prompt.
             return_hidden_states: also return the hidden states after the embedding and
                 after each layer (the last one after the final norm), as HF does.
-            last_logits_only: compute logits for the last position only, shape
-                (batch, 1, vocab): what a sampler's prefill needs, without the LM head's
-                cost for every prompt token.
+            logits_at: (batch, k) int positions: compute logits there only, shape
+                (batch, k, vocab). A sampler's prefill needs the last position; a
+                trainer needs the completion's. The LM head and the softmax over the
+                vocabulary then cost nothing for the other positions.
 
         Returns:
             logits, or (logits, cache) with a cache; hidden states are appended when
@@ -117,7 +122,10 @@ class Qwen(nnx.Module):
             key_valid = cache_valid
             query_slots = cache_index + jnp.arange(t)
         key_slots = jnp.arange(key_valid.shape[1])
-        mask = (key_slots[None, :] <= query_slots[:, None])[None] & key_valid[:, None, :]
+        if attention_mask is not None:
+            mask = attention_mask
+        else:
+            mask = (key_slots[None, :] <= query_slots[:, None])[None] & key_valid[:, None, :]
         rope = rope_tables(positions, c.head_dim, c.rope_theta)
 
         x = self.model.embed_tokens(tokens)
@@ -135,7 +143,9 @@ class Qwen(nnx.Module):
             hidden.append(x)
         x = self.model.norm(x)
         hidden[-1] = x
-        logits = self.logits_from_hidden(x[:, -1:] if last_logits_only else x)
+        if logits_at is not None:
+            x = jnp.take_along_axis(x, logits_at[..., None], axis=1)
+        logits = self.logits_from_hidden(x)
         result: tuple = (logits,)
         if cache is not None:
             result += (new_cache,)
