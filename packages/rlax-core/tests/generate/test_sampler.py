@@ -145,6 +145,19 @@ def test_behaviour_logprobs_use_the_truncated_distribution(model, sampler: Sampl
     assert top1.behaviour_logprobs[0] == [0.0] * 8
 
 
+def test_samples_of_a_prompt_share_its_prefill(sampler: Sampler) -> None:
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, stop_token_ids=(3,))
+    seeds = list(range(100, 100 + 3 * 4))
+    repeated = sampler.generate([p for p in PROMPTS for _ in range(4)], params, seed=seeds)
+    shared = sampler.generate(PROMPTS, params, seed=seeds, samples_per_prompt=4)
+    assert shared.tokens == repeated.tokens and len(set(map(tuple, shared.tokens))) > 3
+    assert shared.finish_reasons == repeated.finish_reasons
+    for a, b in zip(shared.policy_logprobs, repeated.policy_logprobs, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    with pytest.raises(ValueError, match="samples_per_prompt"):
+        sampler.generate(PROMPTS, params, seed=0, samples_per_prompt=0)
+
+
 def test_compilations_are_bounded_by_the_buckets(model) -> None:
     sampler = Sampler(model, prompt_buckets=(8, 32))
     rng = np.random.default_rng(0)

@@ -71,7 +71,7 @@ class Sampler:
         self._prompt_buckets = tuple(sorted(prompt_buckets))
         self._pad = pad_token_id
         self._traces = 0
-        self._generate = jax.jit(self._generate_impl, static_argnames=("max_new_tokens",))
+        self._generate = jax.jit(self._generate_impl, static_argnames=("max_new_tokens", "samples"))
         self._score = jax.jit(self._score_impl)
 
     @property
@@ -116,18 +116,25 @@ class Sampler:
         params: SamplingParams,
         *,
         seed: int | Sequence[int],
+        samples_per_prompt: int = 1,
     ) -> Completions:
-        """Samples one completion per prompt.
+        """Samples ``samples_per_prompt`` completions per prompt.
 
         Args:
             prompts: token ids of each prompt (at least one token each).
             params: sampling settings.
-            seed: one seed for the batch, or one per prompt. A completion depends only on
-                its prompt, its seed and the weights — not on the rest of the batch —
-                so an RL run can regenerate any group exactly (pass per-group seeds).
+            seed: one seed for the batch, or one per completion. A completion depends
+                only on its prompt, its seed and the weights — not on the rest of the
+                batch — so an RL run can regenerate any group exactly (pass per-group
+                seeds).
+            samples_per_prompt: completions per prompt, in prompt-major order. Each
+                prompt is prefilled once and its KV cache shared by its samples, which
+                then equal those of the prompt repeated with the same seeds.
         """
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("generate needs at least one prompt, each with at least one token")
+        if samples_per_prompt < 1:
+            raise ValueError(f"samples_per_prompt must be at least 1, got {samples_per_prompt}")
         if len(params.stop_token_ids) > MAX_STOP_TOKENS:
             raise ValueError(
                 f"at most {MAX_STOP_TOKENS} stop tokens, got {len(params.stop_token_ids)}"
@@ -149,15 +156,18 @@ class Sampler:
             self._state,
             tokens_in,
             valid_in,
-            jnp.asarray(self._row_seeds(seed, batch, len(prompts))),
+            jnp.asarray(
+                self._row_seeds(seed, batch * samples_per_prompt, len(prompts) * samples_per_prompt)
+            ),
             jnp.float32(params.temperature),
             jnp.int32(params.top_k),
             jnp.float32(params.top_p),
             jnp.asarray(stops),
             max_new_tokens=params.max_new_tokens,
+            samples=samples_per_prompt,
         )
         new_tokens, behaviour, policy, lengths, stopped = (np.asarray(x) for x in out)
-        n = len(prompts)
+        n = len(prompts) * samples_per_prompt
         return Completions(
             tokens=[new_tokens[i, : lengths[i]].tolist() for i in range(n)],
             behaviour_logprobs=[behaviour[i, : lengths[i]].tolist() for i in range(n)],
@@ -224,15 +234,17 @@ class Sampler:
         stop_ids: jax.Array,
         *,
         max_new_tokens: int,
+        samples: int,
     ) -> tuple[jax.Array, ...]:
         self._traces += 1  # runs once per trace: counts compilations
         model = nnx.merge(self._graphdef, state)
-        batch, prompt_len = tokens.shape
+        prompts, prompt_len = tokens.shape
+        batch = prompts * samples
         slots = prompt_len + max_new_tokens
         cache = [
-            (self._constrain(k), self._constrain(v)) for k, v in model.init_cache(batch, slots)
+            (self._constrain(k), self._constrain(v)) for k, v in model.init_cache(prompts, slots)
         ]
-        cache_valid = jnp.zeros((batch, slots), bool).at[:, :prompt_len].set(valid)
+        cache_valid = jnp.zeros((prompts, slots), bool).at[:, :prompt_len].set(valid)
         positions = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0)
         logits, cache = model(
             tokens,
@@ -241,10 +253,17 @@ class Sampler:
             cache=cache,
             cache_index=0,
             cache_valid=cache_valid,
-            logits_at=jnp.full((batch, 1), prompt_len - 1),
+            logits_at=jnp.full((prompts, 1), prompt_len - 1),
         )
-        row_keys = jax.vmap(jax.random.key)(seeds)
         next_position = valid.sum(axis=1)  # position of the first generated token
+        if samples > 1:  # each prompt was prefilled once: its samples share the cache
+
+            def share(x: jax.Array) -> jax.Array:
+                return jnp.repeat(x, samples, axis=0)
+
+            cache = [(self._constrain(share(k)), self._constrain(share(v))) for k, v in cache]
+            logits, cache_valid, next_position = map(share, (logits, cache_valid, next_position))
+        row_keys = jax.vmap(jax.random.key)(seeds)
 
         def sample_and_advance(c: tuple) -> tuple:
             # One token per row from the current logits, then (unless this was the last

@@ -125,7 +125,14 @@ class InferenceWorker:
                 prompts.append(list(group.prompt_tokens))
                 seeds.append(sample_seed(self._seed, group.group_id, j))
                 problems.append(group.problem)
-        out = self._sampler.generate(prompts, self._sampling, seed=seeds)
+        sizes = {g.samples_per_prompt for g in groups}
+        if len(sizes) == 1:  # each prompt prefilled once, its samples sharing the cache
+            unique = [list(g.prompt_tokens) for g in groups]
+            out = self._sampler.generate(
+                unique, self._sampling, seed=seeds, samples_per_prompt=sizes.pop()
+            )
+        else:
+            out = self._sampler.generate(prompts, self._sampling, seed=seeds)
         checked = sum(g.samples_per_prompt for g in groups[: self._cfg.logprob_check_groups])
         gaps = self._gaps(prompts[:checked], out, checked) + [None] * (len(prompts) - checked)
         texts = [self._tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
