@@ -212,3 +212,24 @@ def test_a_restarted_trainer_never_reuses_the_ids_of_groups_its_predecessor_issu
     assert [g.group_id for g in batch] == ["g000000000-v2", "g000000001-v2"]
     assert all(g.policy_version == 2 for g in batch)
     assert resumed.accounting.duplicates == 4  # the dead trainer's, all acked
+
+
+def test_trained_rollouts_stay_leased_while_renewed() -> None:
+    transport = InProcTransport()
+    controller = _controller(transport, k=0, per_step=2, lease_s=0.6)
+    for version in (0, 1):  # two steps: four groups held until a checkpoint
+        controller.issue(version)
+        _answer(transport, version)
+        assert len(controller.next_batch(version, timeout_s=5)) == 2
+    assert len(controller.held) == 4
+    rollouts = transport.queue("rollouts")
+    calls, deadline = 0, time.monotonic() + 2.0  # over three lease lengths
+    while time.monotonic() < deadline:
+        controller.renew_leases()
+        calls += 1
+        assert rollouts.get(0.6, timeout=0) is None  # nothing expired and came back
+        time.sleep(0.02)
+    assert calls > 50
+    assert all(lease.seconds_left() > 0.2 for lease in controller.held.values())
+    controller.acknowledge_trained()
+    assert controller.held == {} and rollouts.stats().leased == 0

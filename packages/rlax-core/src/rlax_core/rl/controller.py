@@ -28,6 +28,7 @@ Accounting, the rules that keep an asynchronous run honest:
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from dataclasses import dataclass
 
@@ -105,6 +106,7 @@ class Controller:
         self.accounting = Accounting()
         self._restored: set[str] = set()  # re-issued on resume, not yet arrived
         self._restored_deadline = 0.0
+        self._renew_at = math.inf  # (time.time) when the first lease we hold needs renewing
 
     @property
     def in_flight(self) -> int:
@@ -172,6 +174,7 @@ class Controller:
                 self._receive(lease, version)
 
     def _receive(self, lease: Lease, version: int) -> None:
+        self._renew_at = min(self._renew_at, self._renewal_due(lease))
         group = RolloutGroup.from_bytes(lease.payload)
         gid = group.group_id
         if gid in self.held or gid in self.waiting:
@@ -227,15 +230,26 @@ class Controller:
     def renew_leases(self) -> None:
         """Renews the held and waiting rollouts' leases that have under half their time left.
 
-        Only those: most calls then cost no round trip. Call it more often than every
+        Only those: most calls then cost no round trip, and until the first of them is
+        due, not even a look at the leases. Call it more often than every
         ``rollout.lease_s / 2`` seconds (every step, and the batch wait does).
         """
+        if time.time() < self._renew_at:
+            return
+        renew_at = math.inf
         for gid, lease in self.held.items():
             if lease.seconds_left() < self._lease_s / 2:
-                self.held[gid] = self._extend(lease)
+                lease = self.held[gid] = self._extend(lease)
+            renew_at = min(renew_at, self._renewal_due(lease))
         for waiting in self.waiting.values():
             if waiting.lease.seconds_left() < self._lease_s / 2:
                 waiting.lease = self._extend(waiting.lease)
+            renew_at = min(renew_at, self._renewal_due(waiting.lease))
+        self._renew_at = renew_at
+
+    def _renewal_due(self, lease: Lease) -> float:
+        """When ``lease`` has half its time left (time.time)."""
+        return lease.expires_at - self._lease_s / 2
 
     def acknowledge_trained(self) -> None:
         """Acks the rollouts trained so far; call only after a checkpoint includes them."""
