@@ -189,7 +189,6 @@ class Learner:
         arrays = {
             "tokens": pad(rows.tokens[part]),
             "valid": pad(rows.valid[part]),
-            "rope": pad(rows.rope[part]),
             "logits_at": pad(rows.logits_at[part]),
             "targets": pad(rows.targets[part]),
             "loss_mask": window(batch.loss_mask),
@@ -198,8 +197,9 @@ class Learner:
             "advantages": per_sequence(batch.advantages[sequences]),
             "versions": per_sequence(batch.versions[sequences]),
         }
-        if rows.segments is not None:
+        if rows.segments is not None:  # the shared-prompt layout
             arrays["segments"] = pad(rows.segments[part], fill=-1)
+            arrays["rope"] = pad(rows.rope[part])
         arrays.update({k: per_sequence(v[sequences]) for k, v in extra.items() if v is not None})
         if self.mesh is not None:
             # Each process places its own rows (every process holds the whole batch);
@@ -250,7 +250,7 @@ class Learner:
         logits = model(
             arrays["tokens"],
             arrays["valid"],
-            positions=arrays["rope"],
+            positions=arrays.get("rope"),
             attention_mask=None if segments is None else shared_prompt_mask(segments),
             logits_at=arrays["logits_at"],
         )

@@ -34,7 +34,8 @@ class ModelRows:
     Attributes:
         tokens: (R, T) int32.
         valid: (R, T) bool, False on padding.
-        rope: (R, T) int32 RoPE positions.
+        rope: (R, T) int32 RoPE positions in the shared-prompt layout; None in the plain
+            layout (the model's default: the count of valid tokens before each one).
         segments: (R, T) int32 in the shared-prompt layout: 0 on the prompt, j + 1 on
             sample j's completion, −1 on padding; None in the plain layout (causal mask).
         logits_at: (R, per_row · W) positions where logits are computed.
@@ -44,7 +45,7 @@ class ModelRows:
 
     tokens: np.ndarray
     valid: np.ndarray
-    rope: np.ndarray
+    rope: np.ndarray | None
     segments: np.ndarray | None
     logits_at: np.ndarray
     targets: np.ndarray
@@ -74,7 +75,7 @@ def plain_rows(batch: TrainBatch, positions: np.ndarray) -> ModelRows:
     return ModelRows(
         tokens=batch.tokens,
         valid=batch.valid,
-        rope=np.maximum(np.cumsum(batch.valid, axis=1) - 1, 0).astype(np.int32),
+        rope=None,
         segments=None,
         logits_at=positions,
         targets=np.take_along_axis(batch.tokens, positions + 1, axis=1),
