@@ -80,6 +80,34 @@ def truncate(log_probs: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Ar
     return jax.lax.cond((top_k > 0) | (top_p < 1.0), apply, lambda lp: lp, log_probs)
 
 
+_BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF
+
+
+def sample_rows(keys: jax.Array, log_probs: jax.Array) -> jax.Array:
+    """One token per row of (batch, vocab) normalised log-probabilities, one key per row.
+
+    Inverse-CDF sampling with a single uniform per row, in two levels (blocks of the
+    vocabulary, then the chosen block), instead of ``jax.random.categorical``'s Gumbel
+    variate for every vocabulary entry: at a 32K vocabulary that draw costs more than a
+    small model's whole decode step on a CPU. A token of probability zero is never drawn.
+    """
+    batch, vocab = log_probs.shape
+    probs = jnp.pad(jnp.exp(log_probs), ((0, 0), (0, (-vocab) % _BLOCK)))
+    blocks = probs.reshape(batch, -1, _BLOCK)
+    sums = blocks.sum(axis=-1)
+    ends = jnp.cumsum(sums, axis=-1)
+    # In (0, total]: a threshold of 0 would draw a leading token of probability zero.
+    threshold = (1.0 - jax.vmap(jax.random.uniform)(keys)) * ends[:, -1]
+    block = jnp.sum(ends < threshold[:, None], axis=-1)
+    pick = lambda a: jnp.take_along_axis(a, block[:, None], axis=1)[:, 0]  # noqa: E731
+    inner = jnp.take_along_axis(blocks, block[:, None, None], axis=1)[:, 0]
+    within = (pick(ends) - pick(sums))[:, None] + jnp.cumsum(inner, axis=-1)
+    index = jnp.sum(within < threshold[:, None], axis=-1)
+    # Rounding may run past the block's last possible token: stop there.
+    last = _BLOCK - 1 - jnp.argmax(inner[:, ::-1] > 0, axis=-1)
+    return (block * _BLOCK + jnp.minimum(index, last)).astype(jnp.int32)
+
+
 def choose(
     logits: jax.Array,
     keys: jax.Array,
@@ -95,12 +123,11 @@ def choose(
     policy = policy_log_softmax(logits, temperature)
     behaviour = truncate(policy, top_k, top_p)
     is_greedy = temperature <= 0
-    # Drawing noise for the whole vocabulary costs as much as a small model's decode
-    # step: greedy decoding skips it (a scalar predicate, so a real branch).
+    # Greedy decoding skips the draw (a scalar predicate, so a real branch).
     tokens = jax.lax.cond(
         is_greedy,
         lambda: jnp.argmax(logits, axis=-1),
-        lambda: jax.vmap(jax.random.categorical)(keys, behaviour),
+        lambda: sample_rows(keys, behaviour),
     ).astype(jnp.int32)
     pick = lambda lp: jnp.take_along_axis(lp, tokens[:, None], axis=-1)[:, 0]  # noqa: E731
     behaviour_lp = jnp.where(is_greedy, 0.0, pick(behaviour))
