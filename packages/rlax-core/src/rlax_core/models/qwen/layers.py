@@ -139,11 +139,39 @@ class Attention(nnx.Module):
             cache = (k, v)
         groups = c.num_heads // c.num_kv_heads
         q = q.reshape(b, t, c.num_kv_heads, groups, c.head_dim)
-        scores = jnp.einsum("btkgd,bskd->bkgts", q, k.astype(q.dtype)) * c.head_dim**-0.5
-        scores = jnp.where(mask[:, None, None, :, :], scores.astype(jnp.float32), _MASKED)
-        probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-        out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(q.dtype))
+        k, v = k.astype(q.dtype), v.astype(q.dtype)
+        if t == 1:
+            out = _attend_one_query(q[:, 0], k, v, mask[:, 0], c.head_dim**-0.5)[:, None]
+        else:
+            scores = jnp.einsum("btkgd,bskd->bkgts", q, k) * c.head_dim**-0.5
+            scores = jnp.where(mask[:, None, None, :, :], scores.astype(jnp.float32), _MASKED)
+            probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+            out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
         return self.o_proj(out.reshape(b, t, c.num_heads * c.head_dim)), cache
+
+
+def _attend_one_query(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float
+) -> jax.Array:
+    """Attention of one query per row (a decode step) to the keys of a cache.
+
+    Products and sums over the cache's own layout: a batched matrix product would first
+    transpose the whole cache of every layer to put its batch axes in front, at every
+    step, and the products of one query are too small to gain from it.
+
+    Args:
+        q: (batch, kv_heads, groups, head_dim).
+        k, v: (batch, slots, kv_heads, head_dim).
+        mask: (batch, slots) bool.
+        scale: the score scale.
+
+    Returns:
+        (batch, kv_heads, groups, head_dim).
+    """
+    scores = jnp.sum(q[:, None] * k[:, :, :, None, :], axis=-1) * scale  # (b, s, k, g)
+    scores = jnp.where(mask[:, :, None, None], scores.astype(jnp.float32), _MASKED)
+    probs = jax.nn.softmax(scores, axis=1).astype(q.dtype)
+    return jnp.sum(probs[..., None] * v[:, :, :, None, :], axis=1)
 
 
 class MLP(nnx.Module):
