@@ -5,13 +5,22 @@ and publish-to-all-readers time for one parameter set (1 GB; 32 MB with --quick)
 each beside the same bytes over a plain TCP socket on loopback, measured in the same
 run. Then queue throughput (rollouts/s with 4 KB and 256 KB items) beside the
 in-process queue, and the NATS object store against the chunked streams RLAX uses.
+
+NATS and gRPC readers, and the socket readers they are compared with, each run in a
+process of their own (benchmarks/_transport_reader.py), as inference workers do: reader
+threads of one process would share one interpreter lock, which measures the harness.
+The in-process store's readers are threads, and so are its socket readers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import json
 import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -26,6 +35,17 @@ from rlax_core.transport.inproc import InProcParameterStore, InProcQueue
 
 READERS = 4
 SOCKET = "plain TCP socket, loopback"
+READER_SCRIPT = Path(__file__).resolve().parent / "_transport_reader.py"
+
+
+def _reader_module() -> Any:
+    """benchmarks/_transport_reader.py, whose readers the in-process figures use too."""
+    spec = importlib.util.spec_from_file_location("rlax_benchmarks._transport_reader",
+                                                  READER_SCRIPT)  # fmt: skip
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _parameter_set(total_bytes: int) -> dict[str, np.ndarray]:
@@ -117,53 +137,113 @@ def _recv_into(conn: socket.socket, view: memoryview) -> None:
         got += conn.recv_into(view[got : got + (8 << 20)])
 
 
-def _bench_weights(bench: Bench, name: str, stores: list[Any], base: _SocketBaseline,
+class _Readers:
+    """Weight readers that fetch together: threads of this process, or processes.
+
+    Args:
+        readers: in-process readers (``fetch(version)``, ``wait_for_newer(than)``), or
+            None to start ``count`` reader processes (benchmarks/_transport_reader.py).
+        kind, config_json: the process readers' transport and its settings.
+    """
+
+    def __init__(self, readers: list[Any] | None = None, *, kind: str = "",
+                 config_json: str = "", count: int = READERS) -> None:  # fmt: skip
+        self._local = readers
+        self._procs: list[subprocess.Popen[str]] = []
+        if readers is None:
+            for _ in range(count):
+                self._procs.append(subprocess.Popen(
+                    [sys.executable, str(READER_SCRIPT), kind, config_json],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                ))  # fmt: skip
+            for proc in self._procs:
+                self._reply(proc)
+        self._waiting: list[threading.Thread] = []
+
+    def fetch(self, count: int, version: int | None) -> float:
+        """Seconds until ``count`` readers, started together, all hold ``version``."""
+        if self._local is not None:
+            return _concurrently([lambda r=r: r.fetch(version) for r in self._local[:count]])
+        start = time.perf_counter()
+        for proc in self._procs[:count]:
+            self._send(proc, {"op": "fetch", "version": version})
+        for proc in self._procs[:count]:
+            self._reply(proc)
+        return time.perf_counter() - start
+
+    def start_waiting(self, than: int) -> None:
+        """Every reader waits for a version above ``than``, then fetches it."""
+        if self._local is not None:
+            self._waiting = [threading.Thread(target=r.wait_for_newer, args=(than,))
+                             for r in self._local]  # fmt: skip
+            for thread in self._waiting:
+                thread.start()
+        for proc in self._procs:
+            self._send(proc, {"op": "newer", "than": than})
+
+    def all_fetched(self) -> None:
+        """Returns when every waiting reader holds the new version."""
+        for thread in self._waiting:
+            thread.join()
+        for proc in self._procs:
+            self._reply(proc)
+
+    def close(self) -> None:
+        for reader in self._local or ():
+            reader.close()
+        for proc in self._procs:
+            self._send(proc, {"op": "stop"})
+            proc.wait(timeout=60)
+
+    @staticmethod
+    def _send(proc: subprocess.Popen[str], command: dict[str, Any]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(command) + "\n")
+        proc.stdin.flush()
+
+    @staticmethod
+    def _reply(proc: subprocess.Popen[str]) -> dict[str, Any]:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"a reader process exited with status {proc.wait()}")
+        return json.loads(line)
+
+
+def _bench_weights(bench: Bench, name: str, publisher: Any, readers: _Readers,
+                   base: _SocketBaseline, base_readers: _Readers,
                    params: dict[str, np.ndarray], version: list[int]) -> None:  # fmt: skip
     """Publish, fetch ×1, fetch ×4 and publish-to-all for one transport vs the socket."""
     gigabytes = sum(a.nbytes for a in params.values()) / 1e9
-    outs = [{n: np.empty_like(a) for n, a in params.items()} for _ in range(READERS)]
-    flat_outs = [np.empty(base.buffer.nbytes, np.uint8) for _ in range(READERS)]
-    conns = [base.connect() for _ in range(READERS)]
-    publisher, readers = stores[0], stores[1:]
-    repeats = 1 if bench.quick else 2
+    conn = base.connect()
+    repeats = 1 if bench.quick else 3
     figures: dict[str, list[tuple[float, float]]] = {}
 
     def add(key: str, subject: float, baseline: float) -> None:
         figures.setdefault(key, []).append((subject, baseline))
 
+    # Untimed: every reader allocates and touches its buffers once.
+    version[0] += 1
+    publisher.publish(version[0], params)
+    readers.fetch(READERS, version[0])
+    base_readers.fetch(READERS, None)
     for _ in range(repeats):
         version[0] += 1
         add("publish", _timed(lambda: publisher.publish(version[0], params)),
-            _timed(lambda: base.publish(conns[0], params)))  # fmt: skip
-        add("fetch, 1 reader", _timed(lambda: readers[0].fetch(out=outs[0])),
-            _timed(lambda: base.fetch(conns[0], flat_outs[0])))  # fmt: skip
-        add(
-            f"fetch, {READERS} readers at once",
-            _concurrently([lambda i=i: readers[i].fetch(out=outs[i]) for i in range(READERS)]),
-            _concurrently([lambda i=i: base.fetch(conns[i], flat_outs[i]) for i in range(READERS)]),
-        )
+            _timed(lambda: base.publish(conn, params)))  # fmt: skip
+        add("fetch, 1 reader", readers.fetch(1, version[0]), base_readers.fetch(1, None))
+        add(f"fetch, {READERS} readers at once", readers.fetch(READERS, version[0]),
+            base_readers.fetch(READERS, None))  # fmt: skip
         version[0] += 1
-        floor = version[0] - 1
-
-        def to_all(i: int, floor: int = floor) -> None:
-            newest = readers[i].wait_for_newer(floor, timeout=600)
-            readers[i].fetch(newest.version, out=outs[i])
-
-        waiting = [threading.Thread(target=to_all, args=(i,)) for i in range(READERS)]
-        for thread in waiting:
-            thread.start()
-        time.sleep(0.3)  # every reader is blocked in wait_for_newer
+        readers.start_waiting(version[0] - 1)
+        time.sleep(0.5)  # every reader is blocked in wait_for_newer
         start = time.perf_counter()
         publisher.publish(version[0], params)
-        for thread in waiting:
-            thread.join()
+        readers.all_fetched()
         subject = time.perf_counter() - start
-        baseline = _timed(lambda: base.publish(conns[0], params)) + _concurrently(
-            [lambda i=i: base.fetch(conns[i], flat_outs[i]) for i in range(READERS)]
-        )
+        baseline = _timed(lambda: base.publish(conn, params)) + base_readers.fetch(READERS, None)
         add(f"publish to all {READERS} readers", subject, baseline)
-    for conn in conns:
-        conn.close()
+    conn.close()
     for key, pairs in figures.items():
         s = statistics.median(p[0] for p in pairs)
         b = statistics.median(p[1] for p in pairs)
@@ -257,27 +337,45 @@ def run(bench: Bench) -> None:
         grpc_server = ServeProcess(Path(tmp) / "grpc", keep_versions=2)
         nats_server.start()
         grpc_server.start()
+        local = _reader_module()
+        socket_json = json.dumps({"port": base.port, "nbytes": base.buffer.nbytes})
+        socket_readers = None
         try:
             inproc = InProcParameterStore(keep_last=2)
-            _bench_weights(bench, "inproc", [inproc] + [inproc.client() for _ in range(READERS)],
-                           base, params, [0])  # fmt: skip
+            in_threads = _Readers([local._StoreReader(inproc.client()) for _ in range(READERS)])
+            socket_threads = _Readers(
+                [local._SocketReader(base.port, base.buffer.nbytes) for _ in range(READERS)]
+            )
+            _bench_weights(bench, "inproc", inproc, in_threads, base, socket_threads, params, [0])
+            in_threads.close()
+            socket_threads.close()
+            del inproc, in_threads, socket_threads  # 10 GB of buffers the next readers need
+            socket_readers = _Readers(kind="socket", config_json=socket_json)
             nats_config = client_config(nats_server.url, keep_versions=2, chunk_mb=8,
                                         reconnect_timeout_s=120)  # fmt: skip
-            stores = [NatsParameterStore.open(nats_config) for _ in range(READERS + 1)]
-            _bench_weights(bench, "nats", stores, base, params, [0])
-            for store in stores:
-                store.close()
-            chunked = {r.name.split("nats ")[1]: r.subject for r in bench.results
-                       if r.name in ("nats publish", "nats fetch, 1 reader")}  # fmt: skip
-            _bench_object_store(bench, nats_server.url, params, chunked)
+            for name, config, open_store in (
+                ("nats", nats_config, NatsParameterStore.open),
+                ("grpc", grpc_server.client_config(reconnect_timeout_s=120),
+                 GrpcParameterStore.open),
+            ):  # fmt: skip
+                publisher = open_store(config)
+                readers = _Readers(kind=name, config_json=config.model_dump_json())
+                try:
+                    _bench_weights(bench, name, publisher, readers, base, socket_readers,
+                                   params, [0])  # fmt: skip
+                finally:
+                    readers.close()
+                    publisher.close()
+                if name == "nats":
+                    chunked = {r.name.split("nats ")[1]: r.subject for r in bench.results
+                               if r.name in ("nats publish", "nats fetch, 1 reader")}  # fmt: skip
+                    _bench_object_store(bench, nats_server.url, params, chunked)
             grpc_config = grpc_server.client_config(reconnect_timeout_s=120)
-            stores = [GrpcParameterStore.open(grpc_config) for _ in range(READERS + 1)]
-            _bench_weights(bench, "grpc", stores, base, params, [0])
-            for store in stores:
-                store.close()
             _bench_queues(bench, "nats", lambda q: NatsQueue.open(nats_config, q))
             _bench_queues(bench, "grpc", lambda q: GrpcQueue.open(grpc_config, q))
         finally:
+            if socket_readers is not None:
+                socket_readers.close()
             grpc_server.stop()
             nats_server.stop()
             base.close()

@@ -26,6 +26,7 @@ from rlax_core.errors import (
     VersionConflictError,
     VersionNotFoundError,
 )
+from rlax_core.transport.host_memory import reuse_transfer_buffers
 from rlax_transport_grpc.config import GrpcTransportConfig
 from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
 from rlax_transport_grpc.proto import rlax_transport_pb2_grpc as pb_grpc
@@ -58,6 +59,7 @@ class GrpcChannel:
         self.config = config
         self.address = config.address
         self._closed = False
+        reuse_transfer_buffers()  # every fetched chunk arrives as a fresh bytes
         # Server streams (fetch, watch) are read on the calling thread rather than through
         # gRPC's channel spin thread: no thread hop per chunk, and no received chunk is
         # kept alive by that thread while the next one arrives.

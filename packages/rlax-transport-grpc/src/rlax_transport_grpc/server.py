@@ -19,6 +19,7 @@ import grpc
 
 from rlax_core.contracts.transport import TransportServer
 from rlax_core.errors import RlaxError
+from rlax_core.transport.host_memory import reuse_transfer_buffers
 from rlax_transport_grpc import wire
 from rlax_transport_grpc.config import GrpcTransportConfig
 from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
@@ -93,6 +94,7 @@ class GrpcParameterServer(TransportServer):
     def start(self) -> None:
         if self._server is not None:
             return
+        reuse_transfer_buffers()  # every published chunk arrives as a fresh bytes
         state_dir = self.config.server.state_dir
         if state_dir is None:
             self._temporary = state_dir = Path(tempfile.mkdtemp(prefix="rlax-grpc-"))
