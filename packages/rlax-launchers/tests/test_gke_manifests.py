@@ -229,8 +229,15 @@ def test_grpc_credentials_travel_in_a_secret_and_are_merged_by_an_init_container
     (deployment,) = kinds["Deployment"]
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     server_pod = deployment["spec"]["template"]["spec"]
-    assert server_pod["containers"][0]["command"][-4:] == [
-        "--set", 'address="0.0.0.0:50051"', "--set", 'server.state_dir="/var/lib/rlax/transport"',
+    assert server_pod["containers"][0]["command"][-6:] == [
+        "--set", 'address="0.0.0.0:50051"', "--set", "server.bulk_port=50052",
+        "--set", 'server.state_dir="/var/lib/rlax/transport"',
+    ]  # fmt: skip
+    # The bulk fetch port is pinned beside the gRPC one and let through by the Service.
+    assert [c["containerPort"] for c in server_pod["containers"][0]["ports"]] == [50051, 50052]
+    (service,) = [s for s in kinds["Service"] if s["metadata"]["name"] == "demo-transport"]
+    assert [(p["name"], p["port"]) for p in service["spec"]["ports"]] == [
+        ("grpc", 50051), ("bulk", 50052),
     ]  # fmt: skip
     for pod in [server_pod] + [
         r["template"]["spec"]["template"]["spec"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from rlax_core.errors import TransportAuthError, TransportUnreachableError, VersionNotFoundError
 from rlax_core.testing.tls import make_test_certificates
 from rlax_transport_grpc import GrpcParameterStore, GrpcQueue
+from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
 from rlax_transport_grpc.testing import ServeProcess, free_port
 
 pytestmark = pytest.mark.network
@@ -125,3 +127,23 @@ def test_a_version_truncated_on_disk_is_dropped_at_restart(tmp_path: Path) -> No
 
 def test_a_free_port_is_free() -> None:
     assert free_port() > 0
+
+
+def test_a_fetch_over_tls_gets_its_bytes_through_the_bulk_port_over_tls(tls_server) -> None:
+    server, certs = tls_server
+    with GrpcParameterStore.open(server.client_config(tls_ca_file=certs.ca_file)) as store:
+        store.publish(7, _params(7))
+        fetched = store.fetch(7)
+        assert store.fetch_route == "bulk"
+        np.testing.assert_array_equal(fetched.arrays["w"], _params(7)["w"])
+        # The bulk port speaks TLS only: a plaintext ticket gets no answer.
+        reply = store._ch.params.OpenBulkFetch(
+            pb.FetchRequest(version=7, names=["w"]), **store._ch.kw(10)
+        )
+        with socket.create_connection(("127.0.0.1", reply.port), timeout=10) as conn:
+            conn.sendall(reply.ticket)
+            try:
+                answer = conn.recv(1)
+            except ConnectionResetError:
+                answer = b""
+            assert answer in (b"", b"\x15")  # closed, reset, or a TLS alert record

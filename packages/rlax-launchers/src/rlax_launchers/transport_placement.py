@@ -30,12 +30,23 @@ class TransportPlacement:
         scheme: URL scheme of the clients' address (``nats``/``tls``), empty for gRPC.
         server_extra: the extra of the transport's package that the server host needs
             (``nats-server`` comes with ``rlax-transport-nats[server]``).
+        bulk_port: the gRPC server's bulk fetch port (see rlax_transport_grpc.bulk), fixed
+            so that a Service or a firewall can let it through; None when off.
     """
 
     type: str
     port: int
     scheme: str
     server_extra: str | None
+    bulk_port: int | None = None
+
+    @property
+    def ports(self) -> list[tuple[str, int]]:
+        """Every port the server listens on, named (the first one is the service's)."""
+        named = [(self.type, self.port)]
+        if self.bulk_port is not None:
+            named.append(("bulk", self.bulk_port))
+        return named
 
     def client_settings(self, host: str) -> dict[str, Any]:
         """The transport settings that make a client connect to ``host``."""
@@ -55,6 +66,8 @@ class TransportPlacement:
         else:
             listen = {"address": f"{_ANY_INTERFACE}:{self.port}"}
             state = {"server.state_dir": state_dir}
+            if self.bulk_port is not None:
+                listen["server.bulk_port"] = self.bulk_port
         args: list[str] = []
         for key, value in {**listen, **state}.items():
             args += ["--set", f"{key}={json.dumps(value)}"]
@@ -75,7 +88,12 @@ def transport_placement(run_config: Any, launcher: str) -> TransportPlacement:
         return TransportPlacement("nats", url.port or 4222, url.scheme or "nats", "server")
     if kind == "grpc":
         port = int(section.address.rsplit(":", 1)[1])
-        return TransportPlacement("grpc", port, "", None)
+        # The run config's bulk port: null is off; 0 (any free port) is pinned next to
+        # the gRPC port, since clients on other hosts must be let through to it.
+        bulk = getattr(getattr(section, "server", None), "bulk_port", 0)
+        if bulk == 0:
+            bulk = port + 1
+        return TransportPlacement("grpc", port, "", None, bulk_port=bulk)
     if kind == "inproc" or kind is None:
         raise ConfigError(
             f"transport {kind or 'inproc'!r} lives inside one process, but a {launcher} run has "

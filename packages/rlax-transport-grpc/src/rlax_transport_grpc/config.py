@@ -22,6 +22,13 @@ class GrpcServerSettings(BaseModel):
     max_workers: int = Field(
         default=64, ge=4, description="Threads serving calls (each blocked get holds one)."
     )
+    bulk_port: int | None = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="TCP port beside the gRPC one where fetches get their bytes without "
+        "copies (0: any free port; null: none, fetches stream through gRPC).",
+    )
 
 
 class GrpcTransportConfig(BaseModel):
@@ -69,6 +76,11 @@ class GrpcTransportConfig(BaseModel):
     tls_ca_file: Path | None = Field(
         default=None,
         description="CA certificate (PEM) clients trust; set it to connect over TLS.",
+    )
+    bulk_fetch: bool = Field(
+        default=True,
+        description="Fetch weights over the server's bulk port when it has one (falls back "
+        "to the gRPC stream when the port cannot be reached).",
     )
     connect_timeout_s: float = Field(
         default=5.0, gt=0, description="Seconds to reach the server the first time."

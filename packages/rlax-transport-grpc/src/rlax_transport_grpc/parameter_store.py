@@ -2,14 +2,17 @@
 
 Publish streams the manifest and then every chunk in one client-streaming call; the
 server makes the version visible only when the stream ended and every checksum
-matched. Fetch reads the manifest, then streams the chunks straight into the
-destination arrays (one chunk at a time is held beyond them) and verifies each
-tensor's checksum end to end, hashing the chunks as they arrive. Version watching is
-one server stream per client, opened on the first wait and re-opened after a reconnect.
+matched. Fetch reads the manifest, then receives the bytes straight into the
+destination arrays over the server's bulk port (bulk.py: nothing held beyond them), or,
+where that port cannot be used, streams them as chunks through gRPC (a chunk or two
+held beyond them); either way each tensor's checksum is verified end to end, hashing
+the bytes as they arrive. Version watching is one server stream per client, opened on
+the first wait and re-opened after a reconnect.
 """
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -28,10 +31,12 @@ from rlax_core.errors import (
 )
 from rlax_core.tensors import as_host_array, manifest_checksum, tensor_checksum, tensor_checksums
 from rlax_core.types.policy import PolicyVersion, TensorInfo
-from rlax_transport_grpc import wire
+from rlax_transport_grpc import bulk, wire
 from rlax_transport_grpc.channel import GrpcChannel, chunk_frames
 from rlax_transport_grpc.config import GrpcTransportConfig
 from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
+
+_BULK_RETRY_S = 300.0  # after a bulk fetch failed, stream for this long
 
 
 class GrpcParameterStore(ParameterStore):
@@ -51,6 +56,8 @@ class GrpcParameterStore(ParameterStore):
         self._newest_seen = -1
         self._watch: Any = None
         self._watcher: threading.Thread | None = None
+        self._bulk_retry_at = 0.0  # monotonic time before which fetches stream
+        self.fetch_route: str | None = None  # "bulk" or "stream": how the last fetch came
 
     @classmethod
     def open(cls, config: GrpcTransportConfig) -> GrpcParameterStore:
@@ -180,7 +187,11 @@ class GrpcParameterStore(ParameterStore):
             digests.clear()
             digests.update({index: hasher.hexdigest() for index, hasher in hashers.items()})
 
-        self._ch.call(f"fetch of version {info.version}", attempt)
+        if self._fetch_over_bulk(info, request, destinations, digests):
+            self.fetch_route = "bulk"
+        else:
+            self._ch.call(f"fetch of version {info.version}", attempt)
+            self.fetch_route = "stream"
         for name, array in destinations.items():
             index = info.names.index(name)
             digest = digests[index] if index in digests else tensor_checksum(array)
@@ -237,6 +248,47 @@ class GrpcParameterStore(ParameterStore):
         if info.expected_checksum() != info.checksum:
             raise ChecksumMismatchError(f"the manifest of version {info.version} is corrupted")
         return info
+
+    def _fetch_over_bulk(
+        self,
+        info: PolicyVersion,
+        request: pb.FetchRequest,
+        destinations: dict[str, np.ndarray],
+        digests: dict[int, str],
+    ) -> bool:
+        """Fetches over the server's bulk port (see bulk.py); False to stream instead.
+
+        Any failure here (no port, a refused ticket, a connection that broke) leaves the
+        fetch to the gRPC stream, which retries and reports errors the usual way. After a
+        failure the port is left alone for a while, so an unreachable one costs little.
+        """
+        if not self._ch.config.bulk_fetch or time.monotonic() < self._bulk_retry_at:
+            return False
+        try:
+            reply = self._ch.params.OpenBulkFetch(
+                request, **self._ch.kw(self._ch.config.connect_timeout_s)
+            )
+        except grpc.RpcError:
+            return False
+        if not reply.port:
+            return False
+        flats = [memoryview(a.reshape(-1).view(np.uint8)) for a in destinations.values()]
+        hashers = [xxhash.xxh3_128() for _ in flats]
+        host = self._ch.address.rsplit(":", 1)[0]
+        try:
+            bulk.receive((host, reply.port), reply.ticket, flats, hashers, self._bulk_tls(),
+                         host, timeout=self._ch.config.reconnect_timeout_s)  # fmt: skip
+        except (OSError, ConnectionError):  # ssl.SSLError is an OSError
+            self._bulk_retry_at = time.monotonic() + _BULK_RETRY_S
+            return False
+        digests.clear()
+        for name, hasher in zip(destinations, hashers, strict=True):
+            digests[info.names.index(name)] = hasher.hexdigest()
+        return True
+
+    def _bulk_tls(self) -> ssl.SSLContext | None:
+        ca_file = self._ch.config.tls_ca_file
+        return None if ca_file is None else ssl.create_default_context(cafile=str(ca_file))
 
     def _ensure_watching(self) -> None:
         with self._changed:

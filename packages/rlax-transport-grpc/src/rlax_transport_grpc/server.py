@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import shutil
+import ssl
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from rlax_core.contracts.transport import TransportServer
 from rlax_core.errors import RlaxError
 from rlax_core.transport.host_memory import reuse_transfer_buffers
 from rlax_transport_grpc import wire
+from rlax_transport_grpc.bulk import BulkSender
 from rlax_transport_grpc.config import GrpcTransportConfig
 from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
 from rlax_transport_grpc.service import TransportService
@@ -119,7 +121,13 @@ class GrpcParameterServer(TransportServer):
                 port = server.add_secure_port(self.config.address, credentials)
             else:
                 port = server.add_insecure_port(self.config.address)
-        except (OSError, RuntimeError) as exc:
+            if self.config.server.bulk_port is not None:
+                service.bulk = BulkSender(
+                    self.config.address.rsplit(":", 1)[0],
+                    self.config.server.bulk_port,
+                    self._bulk_tls(),
+                )
+        except (OSError, RuntimeError, ssl.SSLError) as exc:
             raise RlaxError(
                 f"the gRPC parameter server cannot listen on {self.config.address}: {exc}; "
                 "check the TLS files and that the port is free"
@@ -132,6 +140,14 @@ class GrpcParameterServer(TransportServer):
         server.start()
         self._server = server
 
+    def _bulk_tls(self) -> ssl.SSLContext | None:
+        settings = self.config.server
+        if settings.tls_cert_file is None or settings.tls_key_file is None:
+            return None
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+        return context
+
     def running(self) -> bool:
         return self._server is not None
 
@@ -139,6 +155,8 @@ class GrpcParameterServer(TransportServer):
         server, self._server = self._server, None
         if server is not None:
             if self._service is not None:
+                if self._service.bulk is not None:
+                    self._service.bulk.close()
                 self._service.close()  # wakes version watchers
             server.stop(grace=1.0).wait(5)
         if self._temporary is not None:
@@ -168,6 +186,9 @@ def _handlers(service: TransportService) -> tuple[grpc.GenericRpcHandler, ...]:
         ),
         "WatchVersions": grpc.unary_stream_rpc_method_handler(
             service.watch_versions, pb.VersionRequest.FromString, pb.Manifest.SerializeToString
+        ),
+        "OpenBulkFetch": unary(
+            service.open_bulk_fetch, pb.FetchRequest.FromString, pb.BulkTicket.SerializeToString
         ),
     }
     queues = {

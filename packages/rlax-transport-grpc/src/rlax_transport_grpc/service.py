@@ -23,6 +23,7 @@ from rlax_core.transport.inproc import InProcParameterStore, InProcQueue
 from rlax_core.types.lease import Lease
 from rlax_core.types.policy import PolicyVersion
 from rlax_transport_grpc import wire
+from rlax_transport_grpc.bulk import BulkSender
 from rlax_transport_grpc.config import GrpcTransportConfig
 from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
 from rlax_transport_grpc.queue_journal import FileQueueJournal
@@ -94,6 +95,7 @@ class TransportService:
         self.config = config
         self._namespaces: dict[str, Namespace] = {}
         self._lock = threading.Lock()
+        self.bulk: BulkSender | None = None  # set by the server when it has a bulk port
 
     def namespace(self, context: grpc.ServicerContext) -> Namespace:
         name = dict(context.invocation_metadata()).get(NAMESPACE_KEY, "rlax")
@@ -199,6 +201,22 @@ class TransportService:
             data = memoryview(array.reshape(-1).view("uint8"))
             for start in range(0, max(len(data), 1), chunk):
                 yield wire.encode_chunk(index[name], start, data[start : start + chunk])
+
+    def open_bulk_fetch(
+        self, request: pb.FetchRequest, context: grpc.ServicerContext
+    ) -> pb.BulkTicket:
+        if self.bulk is None:
+            return pb.BulkTicket(port=0)
+        store = self.namespace(context).store
+        try:
+            fetched = store.fetch(request.version, names=list(request.names) or None)
+        except VersionNotFoundError as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        except KeyError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        names = list(request.names) or list(fetched.version.names)
+        ticket = self.bulk.issue([fetched.arrays[name] for name in names])
+        return pb.BulkTicket(ticket=ticket, port=self.bulk.port)
 
     def watch_versions(
         self, request: pb.VersionRequest, context: grpc.ServicerContext

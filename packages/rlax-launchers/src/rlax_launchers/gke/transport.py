@@ -34,7 +34,7 @@ def transport_objects(
         config,
         name="transport",
         command=transport_server_command(CONFIG_PATH, placement.server_set_args(STATE_DIR)),
-        ports=[{"name": placement.type, "containerPort": placement.port}],
+        ports=[{"name": name, "containerPort": port} for name, port in placement.ports],
         resources={
             "requests": {"cpu": config.transport.cpu, "memory": f"{config.transport.memory_gib}Gi"},
             "limits": {"memory": f"{config.transport.memory_gib}Gi"},
@@ -50,7 +50,7 @@ def transport_objects(
         "spec": {
             "selector": labels,
             "ports": [
-                {"name": placement.type, "port": placement.port, "targetPort": placement.port}
+                {"name": name, "port": port, "targetPort": port} for name, port in placement.ports
             ],
         },
     }

@@ -62,6 +62,14 @@ class FetchRequest(_message.Message):
     names: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, version: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class BulkTicket(_message.Message):
+    __slots__ = ("ticket", "port")
+    TICKET_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    ticket: bytes
+    port: int
+    def __init__(self, ticket: _Optional[bytes] = ..., port: _Optional[int] = ...) -> None: ...
+
 class OpenQueueRequest(_message.Message):
     __slots__ = ("queue", "max_deliveries")
     QUEUE_FIELD_NUMBER: _ClassVar[int]

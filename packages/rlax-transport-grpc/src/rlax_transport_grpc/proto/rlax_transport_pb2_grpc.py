@@ -64,6 +64,11 @@ class ParameterServerStub:
                 request_serializer=rlax__transport__pb2.VersionRequest.SerializeToString,
                 response_deserializer=rlax__transport__pb2.Manifest.FromString,
                 _registered_method=True)
+        self.OpenBulkFetch = channel.unary_unary(
+                '/rlax.transport.v1.ParameterServer/OpenBulkFetch',
+                request_serializer=rlax__transport__pb2.FetchRequest.SerializeToString,
+                response_deserializer=rlax__transport__pb2.BulkTicket.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -112,6 +117,14 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OpenBulkFetch(self, request, context):
+        """A one-time ticket for the same bytes as Fetch, sent raw over the server's bulk TCP
+        port (see rlax_transport_grpc.bulk); port 0: the server has none, use Fetch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -144,6 +157,11 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.WatchVersions,
                     request_deserializer=rlax__transport__pb2.VersionRequest.FromString,
                     response_serializer=rlax__transport__pb2.Manifest.SerializeToString,
+            ),
+            'OpenBulkFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenBulkFetch,
+                    request_deserializer=rlax__transport__pb2.FetchRequest.FromString,
+                    response_serializer=rlax__transport__pb2.BulkTicket.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -308,6 +326,33 @@ class ParameterServer:
             '/rlax.transport.v1.ParameterServer/WatchVersions',
             rlax__transport__pb2.VersionRequest.SerializeToString,
             rlax__transport__pb2.Manifest.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenBulkFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rlax.transport.v1.ParameterServer/OpenBulkFetch',
+            rlax__transport__pb2.FetchRequest.SerializeToString,
+            rlax__transport__pb2.BulkTicket.FromString,
             options,
             channel_credentials,
             insecure,
