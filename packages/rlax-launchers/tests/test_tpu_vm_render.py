@@ -144,8 +144,7 @@ def test_queued_resources_with_a_large_trainer_over_grpc(
     assert (
         "rlax serve param-server --config /etc/rlax/run.yaml "
         '--set "address=\\"0.0.0.0:50051\\"" --set server.bulk_port=50052 '
-        '--set "server.state_dir=\\"/var/lib/rlax/transport\\""'
-        in trainer
+        '--set "server.state_dir=\\"/var/lib/rlax/transport\\""' in trainer
     )
     assert "rlax-transport-grpc==0.1.0" in trainer
 
