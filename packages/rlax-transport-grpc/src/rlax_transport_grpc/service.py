@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from rlax_core.contracts.parameter_store import FetchedParameters
 from rlax_core.errors import LeaseExpiredError, TransportClosedError, VersionNotFoundError
 from rlax_core.transport.inproc import InProcParameterStore, InProcQueue
 from rlax_core.types.lease import Lease
@@ -188,13 +189,7 @@ class TransportService:
         return pb.VersionList(versions=self.namespace(context).store.versions())
 
     def fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[bytes]:
-        store = self.namespace(context).store
-        try:
-            fetched = store.fetch(request.version, names=list(request.names) or None)
-        except VersionNotFoundError as exc:
-            context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
-        except KeyError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        fetched = self._fetched(request, context)
         chunk = self.config.chunk_mb << 20
         index = {name: i for i, name in enumerate(fetched.version.names)}
         for name, array in fetched.arrays.items():
@@ -207,16 +202,22 @@ class TransportService:
     ) -> pb.BulkTicket:
         if self.bulk is None:
             return pb.BulkTicket(port=0)
+        fetched = self._fetched(request, context)
+        ticket = self.bulk.issue(list(fetched.arrays.values()))
+        return pb.BulkTicket(ticket=ticket, port=self.bulk.port)
+
+    def _fetched(
+        self, request: pb.FetchRequest, context: grpc.ServicerContext
+    ) -> FetchedParameters:
+        """The requested tensors (in the request's order), or the call aborted."""
         store = self.namespace(context).store
         try:
-            fetched = store.fetch(request.version, names=list(request.names) or None)
+            return store.fetch(request.version, names=list(request.names) or None)
         except VersionNotFoundError as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except KeyError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        names = list(request.names) or list(fetched.version.names)
-        ticket = self.bulk.issue([fetched.arrays[name] for name in names])
-        return pb.BulkTicket(ticket=ticket, port=self.bulk.port)
+        raise AssertionError("context.abort raises")
 
     def watch_versions(
         self, request: pb.VersionRequest, context: grpc.ServicerContext
