@@ -99,7 +99,7 @@ class BulkSender:
                         conn.sendall(
                             memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
                         )
-        except (OSError, ssl.SSLError, ConnectionError):
+        except OSError:  # ConnectionError and ssl.SSLError are OSErrors
             pass  # the client went away; it falls back or retries
         finally:
             raw.close()

@@ -12,6 +12,7 @@ the first wait and re-opened after a reconnect.
 
 from __future__ import annotations
 
+import functools
 import ssl
 import threading
 import time
@@ -276,9 +277,9 @@ class GrpcParameterStore(ParameterStore):
         hashers = [xxhash.xxh3_128() for _ in flats]
         host = self._ch.address.rsplit(":", 1)[0]
         try:
-            bulk.receive((host, reply.port), reply.ticket, flats, hashers, self._bulk_tls(),
+            bulk.receive((host, reply.port), reply.ticket, flats, hashers, self._bulk_tls,
                          host, timeout=self._ch.config.reconnect_timeout_s)  # fmt: skip
-        except (OSError, ConnectionError):  # ssl.SSLError is an OSError
+        except OSError:  # ConnectionError and ssl.SSLError are OSErrors
             self._bulk_retry_at = time.monotonic() + _BULK_RETRY_S
             return False
         digests.clear()
@@ -286,7 +287,9 @@ class GrpcParameterStore(ParameterStore):
             digests[info.names.index(name)] = hasher.hexdigest()
         return True
 
+    @functools.cached_property
     def _bulk_tls(self) -> ssl.SSLContext | None:
+        """The bulk connection's TLS context (built once: it reads the CA file)."""
         ca_file = self._ch.config.tls_ca_file
         return None if ca_file is None else ssl.create_default_context(cafile=str(ca_file))
 
