@@ -148,25 +148,23 @@ class Sampler:
         valid[len(prompts) :, -1] = True  # filler rows: one token, discarded
         stops = np.full((MAX_STOP_TOKENS,), -1, np.int32)
         stops[: len(params.stop_token_ids)] = params.stop_token_ids
-        tokens_in, valid_in = jnp.asarray(tokens), jnp.asarray(valid)
-        if self._mesh is not None:
-            tokens_in = jax.device_put(tokens_in, batch_sharding(self._mesh))
-            valid_in = jax.device_put(valid_in, batch_sharding(self._mesh))
+        # Host arrays and NumPy scalars go to the jitted call as they are: converting
+        # each with jnp first would dispatch one small device op per argument, which
+        # costs more than a small model's whole prefill.
+        tokens_in, valid_in = self._place(tokens), self._place(valid)
         out = self._generate(
             self._state,
             tokens_in,
             valid_in,
-            jnp.asarray(
-                self._row_seeds(seed, batch * samples_per_prompt, len(prompts) * samples_per_prompt)
-            ),
-            jnp.float32(params.temperature),
-            jnp.int32(params.top_k),
-            jnp.float32(params.top_p),
-            jnp.asarray(stops),
+            self._row_seeds(seed, batch * samples_per_prompt, len(prompts) * samples_per_prompt),
+            np.float32(params.temperature),
+            np.int32(params.top_k),
+            np.float32(params.top_p),
+            stops,
             max_new_tokens=params.max_new_tokens,
             samples=samples_per_prompt,
         )
-        new_tokens, behaviour, policy, lengths, stopped = (np.asarray(x) for x in out)
+        new_tokens, behaviour, policy, lengths, stopped = jax.device_get(out)
         n = len(prompts) * samples_per_prompt
         return Completions(
             tokens=[new_tokens[i, : lengths[i]].tolist() for i in range(n)],
@@ -194,11 +192,8 @@ class Sampler:
         for row, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
             tokens[row, : lengths[row]] = [*prompt, *completion]
             valid[row, : lengths[row]] = True
-        tokens_in, valid_in = jnp.asarray(tokens), jnp.asarray(valid)
-        if self._mesh is not None:
-            tokens_in = jax.device_put(tokens_in, batch_sharding(self._mesh))
-            valid_in = jax.device_put(valid_in, batch_sharding(self._mesh))
-        scores = np.asarray(self._score(self._state, tokens_in, valid_in, jnp.float32(temperature)))
+        tokens_in, valid_in = self._place(tokens), self._place(valid)
+        scores = np.asarray(self._score(self._state, tokens_in, valid_in, np.float32(temperature)))
         return [
             scores[row, len(p) - 1 : len(p) - 1 + len(c)].tolist()
             for row, (p, c) in enumerate(zip(prompts, completions, strict=True))
@@ -209,6 +204,12 @@ class Sampler:
     ) -> jax.Array:
         model = nnx.merge(self._graphdef, state)
         return teacher_forced_logprobs(model, tokens, valid, temperature)
+
+    def _place(self, rows: np.ndarray) -> np.ndarray | jax.Array:
+        """A per-row host array, split over the mesh's data axes when there is a mesh."""
+        if self._mesh is None:
+            return rows
+        return jax.device_put(rows, batch_sharding(self._mesh))
 
     @staticmethod
     def _row_seeds(seed: int | Sequence[int], batch: int, n: int) -> np.ndarray:
