@@ -1,10 +1,11 @@
 """Weight transfer and queue throughput of the transports, beside same-run baselines.
 
-Per transport (in-process, NATS, gRPC): publish, fetch by 1 and 4 concurrent readers,
-and publish-to-all-readers time for one parameter set (1 GB; 32 MB with --quick),
-each beside the same bytes over a plain TCP socket on loopback, measured in the same
-run. Then queue throughput (rollouts/s with 4 KB and 256 KB items) beside the
-in-process queue, and the NATS object store against the chunked streams RLAX uses.
+Per transport (in-process, NATS, NATS with the weights in the server's memory, gRPC):
+publish, fetch by 1 and 4 concurrent readers, and publish-to-all-readers time for one
+parameter set (1 GB; 32 MB with --quick), each beside the same bytes over a plain TCP
+socket on loopback, measured in the same run. Then queue throughput (rollouts/s with
+4 KB and 256 KB items) beside the in-process queue, and the NATS object store against
+the chunked streams RLAX uses.
 
 NATS and gRPC readers, and the socket readers they are compared with, each run in a
 process of their own (benchmarks/_transport_reader.py), as inference workers do: reader
@@ -353,13 +354,19 @@ def run(bench: Bench) -> None:
             socket_readers = _Readers(kind="socket", config_json=socket_json)
             nats_config = client_config(nats_server.url, keep_versions=2, chunk_mb=8,
                                         reconnect_timeout_s=120)  # fmt: skip
-            for name, config, open_store in (
-                ("nats", nats_config, NatsParameterStore.open),
-                ("grpc", grpc_server.client_config(reconnect_timeout_s=120),
+            # The memory-storage row is nats-server's own ceiling: the same fetch path
+            # with no disk behind it.
+            nats_memory = nats_config.model_copy(
+                update={"namespace": f"{nats_config.namespace}m", "weight_storage": "memory"}
+            )
+            for name, kind, config, open_store in (
+                ("nats", "nats", nats_config, NatsParameterStore.open),
+                ("nats (memory storage)", "nats", nats_memory, NatsParameterStore.open),
+                ("grpc", "grpc", grpc_server.client_config(reconnect_timeout_s=120),
                  GrpcParameterStore.open),
             ):  # fmt: skip
                 publisher = open_store(config)
-                readers = _Readers(kind=name, config_json=config.model_dump_json())
+                readers = _Readers(kind=kind, config_json=config.model_dump_json())
                 try:
                     _bench_weights(bench, name, publisher, readers, base, socket_readers,
                                    params, [0])  # fmt: skip

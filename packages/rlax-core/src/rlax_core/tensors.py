@@ -86,6 +86,16 @@ def tensor_checksum(array: np.ndarray) -> str:
     return xxhash.xxh3_128_hexdigest(byte_view(array))
 
 
+def running_checksum() -> Any:
+    """An incremental hasher of the tensor checksum, for bytes that arrive in pieces.
+
+    ``update(piece)`` for each piece in order, then ``hexdigest()`` equals
+    :func:`tensor_checksum` of the whole array. Hashing each piece as it lands, while it
+    is still in cache, costs less than hashing the array once it is complete.
+    """
+    return xxhash.xxh3_128()
+
+
 def tensor_checksums(arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
     """Checksums of many arrays, hashing the large ones on parallel threads."""
     large = [name for name, a in arrays.items() if a.nbytes >= _PARALLEL_HASH_BYTES]

@@ -21,7 +21,6 @@ from typing import Any
 
 import grpc
 import numpy as np
-import xxhash
 
 from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
 from rlax_core.errors import (
@@ -30,7 +29,13 @@ from rlax_core.errors import (
     VersionConflictError,
     VersionNotFoundError,
 )
-from rlax_core.tensors import as_host_array, manifest_checksum, tensor_checksum, tensor_checksums
+from rlax_core.tensors import (
+    as_host_array,
+    manifest_checksum,
+    running_checksum,
+    tensor_checksum,
+    tensor_checksums,
+)
 from rlax_core.types.policy import PolicyVersion, TensorInfo
 from rlax_transport_grpc import bulk, wire
 from rlax_transport_grpc.channel import GrpcChannel, chunk_frames
@@ -161,7 +166,7 @@ class GrpcParameterStore(ParameterStore):
             }
             # Chunks come in order, so each tensor is hashed as it arrives, while its bytes
             # are still in cache; a tensor whose chunks arrive otherwise is hashed at the end.
-            hashers = {index: xxhash.xxh3_128() for index in flats}
+            hashers = {index: running_checksum() for index in flats}
             for frame in self._ch.fetch_frames(request, **self._ch.kw(None)):
                 tensor, offset, data = wire.decode_chunk(frame)
                 flat = flats.get(tensor)
@@ -274,7 +279,7 @@ class GrpcParameterStore(ParameterStore):
         if not reply.port:
             return False
         flats = [memoryview(a.reshape(-1).view(np.uint8)) for a in destinations.values()]
-        hashers = [xxhash.xxh3_128() for _ in flats]
+        hashers = [running_checksum() for _ in flats]
         host = self._ch.address.rsplit(":", 1)[0]
         try:
             bulk.receive((host, reply.port), reply.ticket, flats, hashers, self._bulk_tls,

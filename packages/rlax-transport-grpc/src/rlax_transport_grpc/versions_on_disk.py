@@ -16,9 +16,8 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import xxhash
 
-from rlax_core.tensors import tensor_checksum
+from rlax_core.tensors import running_checksum, tensor_checksum
 from rlax_core.types.policy import PolicyVersion
 
 
@@ -38,7 +37,7 @@ class Upload:
         self.received = [0] * len(manifest.tensors)
         # Tensors arriving in order are hashed as they come (while the bytes are hot);
         # one that arrives out of order is hashed from its file at the end.
-        self._hashers = [xxhash.xxh3_128() for _ in manifest.tensors]
+        self._hashers = [running_checksum() for _ in manifest.tensors]
         self._in_order = [True] * len(manifest.tensors)
         for index, tensor in enumerate(manifest.tensors):
             fd = os.open(self.folder / f"{index}.bin", os.O_CREAT | os.O_RDWR, 0o600)

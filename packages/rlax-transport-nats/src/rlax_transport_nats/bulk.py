@@ -26,6 +26,7 @@ import json
 import socket
 import ssl
 from collections import deque
+from collections.abc import Callable
 from urllib.parse import urlparse
 
 import numpy as np
@@ -84,12 +85,18 @@ class BulkConnection:
     # -- bulk operations --
 
     def fetch_many(
-        self, stream: str, requests: list[tuple[str, memoryview]], window: int = 4
+        self,
+        stream: str,
+        requests: list[tuple[str, memoryview]],
+        window: int = 4,
+        on_received: Callable[[int], None] | None = None,
     ) -> list[int]:
         """Reads the last message of each subject into its destination, pipelined.
 
         Up to ``window`` direct gets are in flight; each reply is received straight into
-        its own destination, whatever order replies come in.
+        its own destination, whatever order replies come in. ``on_received(i)`` is
+        called as soon as request ``i``'s bytes have landed (while they are still in
+        cache).
 
         Returns:
             Each payload's size, in request order (a size differing from the
@@ -135,6 +142,8 @@ class BulkConnection:
             self._read_into(destination[:fits])
             self._discard(size - fits + 2)
             sizes[index] = size
+            if on_received is not None:
+                on_received(index)
         return sizes
 
     def publish(self, subjects_and_payloads: list[tuple[str, memoryview]], window: int = 4) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -51,6 +52,13 @@ class NatsTransportConfig(BaseModel):
         ge=1,
         le=63,
         description="Size of one weight chunk message in MiB (capped by the server's max_payload).",
+    )
+    weight_storage: Literal["file", "memory"] = Field(
+        default="file",
+        description=(
+            "Where JetStream keeps the weights: file (they survive a server restart) or "
+            "memory (faster fetches; a server restart empties the store until the next publish)."
+        ),
     )
     dedupe_window_s: float = Field(
         default=3600.0,

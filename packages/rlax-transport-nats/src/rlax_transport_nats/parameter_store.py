@@ -25,8 +25,8 @@ import math
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 import nats.js.errors
 import numpy as np
@@ -35,23 +35,37 @@ from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
 from rlax_core.errors import (
     ChecksumMismatchError,
+    ConfigError,
     TransportClosedError,
     TransportUnreachableError,
     VersionConflictError,
     VersionNotFoundError,
 )
-from rlax_core.tensors import as_host_array, manifest_checksum, tensor_checksum, tensor_checksums
+from rlax_core.tensors import (
+    as_host_array,
+    manifest_checksum,
+    running_checksum,
+    tensor_checksum,
+    tensor_checksums,
+)
 from rlax_core.types.policy import PolicyVersion, TensorInfo
 from rlax_transport_nats.bulk import BulkConnection, BulkUnavailableError, ChunkNotFoundError
 from rlax_transport_nats.config import NatsTransportConfig
 from rlax_transport_nats.connection import NatsConnection, api_error
 
-# JetStream error code: Nats-Expected-Last-Sequence did not match (another publisher won).
+# JetStream error codes: Nats-Expected-Last-Sequence did not match (another publisher
+# won); the stream does not exist (memory streams do not outlive a server restart).
 _WRONG_LAST_SEQUENCE = 10071
+_STREAM_NOT_FOUND = 10059
+T = TypeVar("T")
 # Chunks of one publish in flight at once: enough to keep the server busy.
 _PUBLISH_WINDOW = 4
-# Direct gets in flight at once during a fetch (each lands in its own destination).
+# Direct gets in flight at once during a fetch (each lands in its own destination),
+# and a cap on their bytes: replies queued for one client count against the server's
+# max_pending (64 MiB by default), and 8 replies of 30 MiB stalled and then dropped a
+# reader of a server that allows 256 MiB.
 _FETCH_WINDOW = 4
+_FETCH_IN_FLIGHT_BYTES = 32 << 20
 
 
 class NatsParameterStore(ParameterStore):
@@ -86,8 +100,13 @@ class NatsParameterStore(ParameterStore):
         self._subscription: Any = None
         self._bulk_pool: list[BulkConnection] = []
         self._bulk_lock = threading.Lock()
-        connection.call_retrying("creating the parameter streams", self._setup)
-        connection.on_reconnect(self._catch_up)
+        try:
+            connection.call_retrying("creating the parameter streams", self._setup)
+        except BaseException:
+            if owns_connection:
+                connection.close()
+            raise
+        connection.on_reconnect(self._after_reconnect)
 
     @property
     def connection(self) -> NatsConnection:
@@ -139,7 +158,7 @@ class NatsParameterStore(ParameterStore):
                 "upload": upload,
             }
         ).encode()
-        newest, last_seq = self._conn.call_retrying("reading the store", self._manifest_state)
+        newest, last_seq = self._call("reading the store", self._manifest_state)
         if version <= newest:
             raise VersionConflictError(
                 f"cannot publish version {version}: version {newest} was already "
@@ -213,11 +232,28 @@ class NatsParameterStore(ParameterStore):
                 # Straight into the destination: no chunk is held anywhere else.
                 requests.append((subject, flat[start : min(start + chunk_bytes, nbytes)]))
                 owners.append((name, chunk))
+        hashers = {name: running_checksum() for name in wanted}
+        hashed_chunks = dict.fromkeys(wanted, 0)
+
+        def received(i: int) -> None:
+            # Chunks mostly land in order: each is hashed while its bytes are still in
+            # cache. A tensor whose chunks come otherwise is hashed whole at the end.
+            name, chunk = owners[i]
+            if name in hashers and chunk == hashed_chunks[name]:
+                hashers[name].update(requests[i][1])
+                hashed_chunks[name] += 1
+            else:
+                hashers.pop(name, None)
+
+        def fetch_all(bulk: BulkConnection) -> list[int]:
+            for hasher in hashers.values():  # a retry after a reconnect starts over
+                hasher.reset()
+            hashed_chunks.update(dict.fromkeys(hashed_chunks, 0))
+            window = max(1, min(_FETCH_WINDOW, _FETCH_IN_FLIGHT_BYTES // max(chunk_bytes, 1)))
+            return bulk.fetch_many(self._data_stream, requests, window, received)
+
         try:
-            sizes = self._with_bulk(
-                f"fetch of version {version}",
-                lambda bulk: bulk.fetch_many(self._data_stream, requests, _FETCH_WINDOW),
-            )
+            sizes = self._with_bulk(f"fetch of version {version}", fetch_all)
         except ChunkNotFoundError:
             raise VersionNotFoundError(
                 f"policy version {version} was evicted while it was being read"
@@ -229,7 +265,8 @@ class NatsParameterStore(ParameterStore):
                     f"bytes, expected {len(view)} (truncated or damaged); fetch again"
                 )
         for name, array in destinations.items():
-            if tensor_checksum(array) != info.tensor(name).checksum:
+            digest = hashers[name].hexdigest() if name in hashers else tensor_checksum(array)
+            if digest != info.tensor(name).checksum:
                 raise ChecksumMismatchError(
                     f"tensor {name!r} of version {version} does not match its checksum; "
                     f"the bytes stored on NATS at {self._conn.address} are corrupted"
@@ -276,7 +313,7 @@ class NatsParameterStore(ParameterStore):
             subjects = info.state.subjects or {}
             return sorted(int(s.rsplit(".", 1)[1]) for s in subjects)
 
-        return self._conn.call_retrying("listing the policy versions", list_versions)
+        return self._call("listing the policy versions", list_versions)
 
     def manifest_of(self, version: int) -> tuple[PolicyVersion, int, str]:
         """The manifest of a version, its chunk size and the subject token of its upload.
@@ -294,7 +331,7 @@ class NatsParameterStore(ParameterStore):
             return await self._conn.js.get_msg(self._manifest_stream, subject=subject, direct=True)
 
         try:
-            message = self._conn.call_retrying(f"reading the manifest of version {version}", get)
+            message = self._call(f"reading the manifest of version {version}", get)
         except nats.js.errors.NotFoundError:
             raise VersionNotFoundError(
                 f"policy version {version} is not in the store at {self._conn.address} "
@@ -396,28 +433,31 @@ class NatsParameterStore(ParameterStore):
 
     async def _setup(self) -> None:
         js = self._conn.js
+        storage = StorageType(self._config.weight_storage)
         await _ensure_stream(
             js,
             StreamConfig(
                 name=self._data_stream,
                 subjects=[f"{self._data_prefix}.>"],
-                storage=StorageType.FILE,
+                storage=storage,
                 max_msgs_per_subject=1,
                 allow_direct=True,
                 discard=DiscardPolicy.OLD,
             ),
+            self._conn.address,
         )
         await _ensure_stream(
             js,
             StreamConfig(
                 name=self._manifest_stream,
                 subjects=[f"{self._manifest_prefix}.*"],
-                storage=StorageType.FILE,
+                storage=storage,
                 max_msgs=self._config.keep_versions,
                 max_msgs_per_subject=1,
                 allow_direct=True,
                 duplicate_window=120.0,
             ),
+            self._conn.address,
         )
         if self._subscription is None:
             self._subscription = await self._conn.nc.subscribe(
@@ -434,6 +474,28 @@ class NatsParameterStore(ParameterStore):
                 self._newest_seen = version
                 self._changed.notify_all()
 
+    def _call(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
+        """Runs a JetStream call across reconnections; recreates streams the server lost.
+
+        A server restart empties memory storage of its streams too; the store makes them
+        again, empty, so that readers see "no versions" until the trainer publishes.
+        """
+
+        async def attempt() -> T:
+            try:
+                return await make()
+            except nats.js.errors.NotFoundError as exc:
+                if exc.err_code != _STREAM_NOT_FOUND:
+                    raise
+                await self._setup()
+                return await make()
+
+        return self._conn.call_retrying(what, attempt)
+
+    async def _after_reconnect(self) -> None:
+        await self._setup()
+        await self._catch_up()
+
     async def _catch_up(self) -> None:
         """After a reconnect: versions published while we were away wake waiters too."""
         newest, _ = await self._manifest_state()
@@ -449,14 +511,23 @@ class NatsParameterStore(ParameterStore):
             )
 
 
-async def _ensure_stream(js: Any, config: StreamConfig) -> None:
+async def _ensure_stream(js: Any, config: StreamConfig, address: str) -> None:
     try:
-        await js.stream_info(config.name)
+        info = await js.stream_info(config.name)
     except nats.js.errors.NotFoundError:
         with contextlib.suppress(
             nats.js.errors.BadRequestError
         ):  # another client created it meanwhile
             await js.add_stream(config)
+        return
+    # JetStream cannot move a stream between file and memory storage.
+    have, want = StorageType(info.config.storage or "file").value, config.storage.value
+    if have != want:
+        raise ConfigError(
+            f"stream {config.name} on NATS at {address} keeps its messages in {have} storage, "
+            f"but weight_storage is {want}: set weight_storage: {have}, use another "
+            f"namespace, or delete the stream (nats stream rm {config.name})"
+        )
 
 
 def _chunk_count(nbytes: int, chunk_bytes: int) -> int:
