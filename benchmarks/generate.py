@@ -11,7 +11,9 @@ written, and every engine generates from that same checkpoint in this run:
 Prefill tokens/s = batch × prompt length / time to the first token; decode tokens/s =
 batch × (new tokens − 1) / the time the rest took. Greedy decoding, no stop tokens.
 Per batch size, the baselines run between two timings of rlax whose mean is reported,
-so load on a shared machine falls on both sides of each ratio alike.
+so load on a shared machine falls on both sides of each ratio alike. At batch 16 each
+engine's prefill compute (GFLOP/s) is also set beside this machine's fp32 matrix-product
+rate, measured in the same run: how far from the ceiling each one runs.
 """
 
 from __future__ import annotations
@@ -109,6 +111,44 @@ def _naive(
     return first, first + per_step * (new_tokens - 1)
 
 
+def _matmul_peak(size: int = 2048, repeats: int = 5) -> float:
+    """This machine's fp32 matrix-product rate (FLOP/s): the best of XLA and NumPy.
+
+    A compute-bound prefill cannot beat it, so it bounds any engine's prefill rate.
+    """
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((size, size), np.float32) for _ in range(2))
+    ja, jb = jnp.asarray(a), jnp.asarray(b)
+    product = jax.jit(jnp.matmul)
+    product(ja, jb).block_until_ready()
+    xla = _median_time(lambda: product(ja, jb).block_until_ready(), repeats)
+    numpy = _median_time(lambda: a @ b, repeats)
+    return 2 * size**3 / min(xla, numpy)
+
+
+def _prefill_flops_per_token(config: QwenConfig, prompt_len: int) -> float:
+    """Multiply-adds ×2 of one prompt token: the projections and MLP of every layer, and
+    attention over (on average) half the prompt; the vocabulary projection runs only for
+    the last token, so it is left out."""
+    c = config
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    projections = c.hidden_size * (2 * q + 2 * kv) + 3 * c.hidden_size * c.intermediate_size
+    attention = 2 * q * prompt_len / 2
+    return 2.0 * c.num_layers * (projections + attention)
+
+
+def _record_peak(bench: Bench, label: str, config: QwenConfig, rates: dict[str, float],
+                 prompt_len: int) -> None:  # fmt: skip
+    """Each engine's prefill compute as a fraction of the machine's matmul peak."""
+    peak = _matmul_peak()
+    flops = _prefill_flops_per_token(config, prompt_len)
+    for engine, tokens_per_s in rates.items():
+        bench.record(f"{label} prefill compute vs this machine's fp32 matmul peak",
+                     subject=tokens_per_s * flops / 1e9, baseline=peak / 1e9, unit="GFLOP/s",
+                     higher_is_better=True, subject_label=engine,
+                     baseline_label="2048² fp32 matmul, best of XLA and NumPy")  # fmt: skip
+
+
 def _side_engine(
     python: Path, script: Path, command: list[str], checkpoint: Path, job: dict
 ) -> dict:
@@ -175,3 +215,8 @@ def run(bench: Bench) -> None:
                         theirs = (side["results"][0]["prefill_s"], side["results"][0]["total_s"])
                         _record(bench, label, ours, theirs, baseline, batch, prompt_len,
                                 new_tokens)  # fmt: skip
+                if batch == 16:  # the batch the target is set at
+                    rates = {"rlax": batch * prompt_len / ours[0]}
+                    if hf is not None:
+                        rates["transformers"] = batch * prompt_len / hf["results"][0]["prefill_s"]
+                    _record_peak(bench, label, config, rates, prompt_len)
