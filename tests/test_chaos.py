@@ -2,7 +2,7 @@
 
 ``rlax launch`` (launcher: local) runs the shortened quickstart as separate processes:
 the transport server, the trainer and 3 workers. While it trains, the chaos monkey
-(rlax_launchers.testing.chaos) SIGKILLs a worker every 15 s, preempts one worker with
+(rlax_launchers.testing.chaos) SIGKILLs a worker at step 8 and every 15 s, preempts one worker with
 ``rlax preempt`` (SIGTERM, grace, SIGKILL), SIGKILLs the trainer once and the transport
 server once; the launcher restarts each of them. The run must still reach its last step
 with every step logged once, no rollout group trained twice, staleness never above k,
@@ -56,7 +56,7 @@ def test_a_run_under_chaos_finishes_with_nothing_lost_or_doubled(
 
     kinds = [f.kind for f in result.faults]
     assert {"preempt", "trainer_kill", "transport_kill"} <= set(kinds)
-    assert kinds.count("worker_kill") >= 1  # how many fit depends on the machine's speed
+    assert kinds.count("worker_kill") >= 1  # one at step 8; how many more fit depends on speed
     assert "w0" in result.status_output and "trainer" in result.status_output
 
     # No step lost, none logged twice (the trainer redid the steps after its checkpoint).

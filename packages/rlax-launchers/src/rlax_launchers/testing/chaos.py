@@ -48,6 +48,9 @@ class ChaosPlan:
     """When to inject what (steps are the trainer's logged steps)."""
 
     worker_kill_every_s: float = 15.0
+    # One worker kill is tied to a step, like the other one-off faults: a run whose
+    # steps are fast can pass its quiet step before the first timed kill is due.
+    worker_kill_at_step: int = 8
     preempt_at_step: int = 5
     trainer_kill_at_step: int = 12
     transport_kill_at_step: int = 24
@@ -92,6 +95,7 @@ class ChaosMonkey(threading.Thread):
         one_offs = sorted(
             [
                 (self.plan.preempt_at_step, "preempt"),
+                (self.plan.worker_kill_at_step, "worker_kill"),
                 (self.plan.trainer_kill_at_step, "trainer_kill"),
                 (self.plan.transport_kill_at_step, "transport_kill"),
             ]
@@ -133,6 +137,10 @@ class ChaosMonkey(threading.Thread):
                  "--grace", str(self.plan.preempt_grace_s)],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
+        elif kind == "worker_kill":  # not w1, which the preempt may still be draining
+            name = next((n for n in ("w0", "w2") if self._kill(n)), "")
+            if not name:
+                raise RuntimeError("no worker besides w1 was running when its kill was due")
         else:
             name = "trainer" if kind == "trainer_kill" else "transport"
             if not self._kill(name):
