@@ -9,6 +9,7 @@ import xxhash
 
 from rlax_core.tensors import (
     SUPPORTED_DTYPES,
+    IncomingChecksum,
     as_host_array,
     byte_view,
     dtype_from_name,
@@ -60,3 +61,18 @@ def test_manifest_checksum_covers_names_dtypes_shapes_and_content() -> None:
         [("w", "float32", (2, 3), "ab"), base[1]],
     ):
         assert manifest_checksum(changed) != manifest_checksum(base)
+
+
+def test_incoming_checksum_equals_the_whole_arrays_in_any_arrival_order() -> None:
+    array = np.arange(1000, dtype=np.float32)
+    data = memoryview(array.view(np.uint8))
+    pieces = [(offset, data[offset : offset + 1000]) for offset in range(0, 4000, 1000)]
+    in_order, shuffled = IncomingChecksum(), IncomingChecksum()
+    for offset, piece in pieces:
+        in_order.add(offset, piece)
+    for offset, piece in [pieces[1], pieces[0], *pieces[2:]]:
+        shuffled.add(offset, piece)
+    assert in_order.hexdigest(array) == shuffled.hexdigest(array) == tensor_checksum(array)
+    # Bytes changed after they were hashed in order are not the bytes that arrived.
+    array[0] = -1.0
+    assert in_order.hexdigest(array) != tensor_checksum(array)

@@ -86,14 +86,34 @@ def tensor_checksum(array: np.ndarray) -> str:
     return xxhash.xxh3_128_hexdigest(byte_view(array))
 
 
-def running_checksum() -> Any:
-    """An incremental hasher of the tensor checksum, for bytes that arrive in pieces.
+class IncomingChecksum:
+    """The checksum of a tensor whose bytes arrive in pieces, each at its offset.
 
-    ``update(piece)`` for each piece in order, then ``hexdigest()`` equals
-    :func:`tensor_checksum` of the whole array. Hashing each piece as it lands, while it
-    is still in cache, costs less than hashing the array once it is complete.
+    Pieces that arrive in order are hashed as they land, while they are still in cache,
+    which costs less than hashing the array once it is complete. Once a piece arrives
+    out of order the running hash is dropped, and :meth:`hexdigest` hashes the whole
+    array instead: the result is :func:`tensor_checksum` of the array either way.
     """
-    return xxhash.xxh3_128()
+
+    def __init__(self) -> None:
+        self._hasher: Any = xxhash.xxh3_128()
+        self._next = 0  # offset the next in-order piece starts at
+
+    def add(self, offset: int, piece: Any) -> None:
+        """Notes that ``piece`` (bytes-like) landed at byte ``offset`` of the tensor."""
+        if self._hasher is None:
+            return
+        if offset != self._next:
+            self._hasher = None
+            return
+        self._hasher.update(piece)
+        self._next += len(piece)
+
+    def hexdigest(self, array: np.ndarray) -> str:
+        """The checksum of ``array``, the tensor whose pieces were added."""
+        if self._hasher is None or self._next != array.nbytes:
+            return tensor_checksum(array)
+        return self._hasher.hexdigest()
 
 
 def tensor_checksums(arrays: Mapping[str, np.ndarray]) -> dict[str, str]:

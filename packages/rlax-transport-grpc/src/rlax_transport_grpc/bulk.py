@@ -25,9 +25,10 @@ import ssl
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
+
+from rlax_core.tensors import IncomingChecksum
 
 TICKET_BYTES = 16
 TICKET_TTL_S = 60.0
@@ -106,15 +107,15 @@ class BulkSender:
 
 
 def receive(address: tuple[str, int], ticket: bytes, destinations: Sequence[memoryview],
-            hashers: Sequence[Any], tls: ssl.SSLContext | None, server_name: str,
-            timeout: float) -> None:  # fmt: skip
-    """Receives a ticket's bytes straight into ``destinations``, updating ``hashers``.
+            checksums: Sequence[IncomingChecksum], tls: ssl.SSLContext | None,
+            server_name: str, timeout: float) -> None:  # fmt: skip
+    """Receives a ticket's bytes straight into ``destinations``, adding them to ``checksums``.
 
     Args:
         address: the server's host and bulk port.
         ticket: from ``OpenBulkFetch``.
         destinations: flat byte views, in the ticket's order, of exactly its sizes.
-        hashers: one per destination (``update(bytes)``), or None for no hashing.
+        checksums: one per destination, fed every piece as it lands.
         tls: the context to connect with, when the channel uses TLS.
         server_name: the name the server's certificate must carry.
         timeout: seconds any one receive may wait.
@@ -130,14 +131,13 @@ def receive(address: tuple[str, int], ticket: bytes, destinations: Sequence[memo
             conn.sendall(ticket)
             if _receive_exactly(conn, 1) != _OK:
                 raise BulkRefusedError(f"the bulk port {address[1]} refused the ticket")
-            for flat, hasher in zip(destinations, hashers, strict=True):
+            for flat, checksum in zip(destinations, checksums, strict=True):
                 got = 0
                 while got < len(flat):
                     size = conn.recv_into(flat[got : got + _PIECE])
                     if size == 0:
                         raise ConnectionError("the bulk connection closed mid-transfer")
-                    if hasher is not None:
-                        hasher.update(flat[got : got + size])
+                    checksum.add(got, flat[got : got + size])
                     got += size
 
 

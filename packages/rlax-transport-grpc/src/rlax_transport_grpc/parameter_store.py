@@ -29,13 +29,7 @@ from rlax_core.errors import (
     VersionConflictError,
     VersionNotFoundError,
 )
-from rlax_core.tensors import (
-    as_host_array,
-    manifest_checksum,
-    running_checksum,
-    tensor_checksum,
-    tensor_checksums,
-)
+from rlax_core.tensors import IncomingChecksum, as_host_array, manifest_checksum, tensor_checksums
 from rlax_core.types.policy import PolicyVersion, TensorInfo
 from rlax_transport_grpc import bulk, wire
 from rlax_transport_grpc.channel import GrpcChannel, chunk_frames
@@ -156,7 +150,7 @@ class GrpcParameterStore(ParameterStore):
         destinations = {n: _destination(info.tensor(n), (out or {}).get(n)) for n in wanted}
         request = pb.FetchRequest(version=info.version, names=wanted)
 
-        digests: dict[int, str] = {}
+        checksums: dict[str, IncomingChecksum] = {}
 
         def attempt(timeout: float) -> None:
             received = dict.fromkeys(range(len(info.tensors)), 0)
@@ -164,9 +158,8 @@ class GrpcParameterStore(ParameterStore):
                 info.names.index(n): memoryview(a.reshape(-1).view(np.uint8))
                 for n, a in destinations.items()
             }
-            # Chunks come in order, so each tensor is hashed as it arrives, while its bytes
-            # are still in cache; a tensor whose chunks arrive otherwise is hashed at the end.
-            hashers = {index: running_checksum() for index in flats}
+            # Chunks come in order, so each tensor is hashed as it arrives (IncomingChecksum).
+            checksums.update({name: IncomingChecksum() for name in destinations})
             for frame in self._ch.fetch_frames(request, **self._ch.kw(None)):
                 tensor, offset, data = wire.decode_chunk(frame)
                 flat = flats.get(tensor)
@@ -176,12 +169,7 @@ class GrpcParameterStore(ParameterStore):
                         "the stream is corrupted, fetch again"
                     )
                 flat[offset : offset + len(data)] = data
-                hasher = hashers.get(tensor)
-                if hasher is not None:
-                    if offset == received[tensor]:
-                        hasher.update(data)
-                    else:
-                        del hashers[tensor]
+                checksums[info.names[tensor]].add(offset, data)
                 received[tensor] += len(data)
                 del frame, data  # at most one chunk is held beyond the destinations
             short = [info.tensors[i].name for i in flats if received[i] != len(flats[i])]
@@ -190,18 +178,14 @@ class GrpcParameterStore(ParameterStore):
                     f"tensors {short} of version {info.version} arrived truncated from "
                     f"{self._ch.address}; fetch again"
                 )
-            digests.clear()
-            digests.update({index: hasher.hexdigest() for index, hasher in hashers.items()})
 
-        if self._fetch_over_bulk(info, request, destinations, digests):
+        if self._fetch_over_bulk(request, destinations, checksums):
             self.fetch_route = "bulk"
         else:
             self._ch.call(f"fetch of version {info.version}", attempt)
             self.fetch_route = "stream"
         for name, array in destinations.items():
-            index = info.names.index(name)
-            digest = digests[index] if index in digests else tensor_checksum(array)
-            if digest != info.tensor(name).checksum:
+            if checksums[name].hexdigest(array) != info.tensor(name).checksum:
                 raise ChecksumMismatchError(
                     f"tensor {name!r} of version {info.version} does not match its checksum; "
                     f"the bytes from the parameter server at {self._ch.address} are corrupted"
@@ -257,10 +241,9 @@ class GrpcParameterStore(ParameterStore):
 
     def _fetch_over_bulk(
         self,
-        info: PolicyVersion,
         request: pb.FetchRequest,
         destinations: dict[str, np.ndarray],
-        digests: dict[int, str],
+        checksums: dict[str, IncomingChecksum],
     ) -> bool:
         """Fetches over the server's bulk port (see bulk.py); False to stream instead.
 
@@ -279,17 +262,14 @@ class GrpcParameterStore(ParameterStore):
         if not reply.port:
             return False
         flats = [memoryview(a.reshape(-1).view(np.uint8)) for a in destinations.values()]
-        hashers = [running_checksum() for _ in flats]
+        checksums.update({name: IncomingChecksum() for name in destinations})
         host = self._ch.address.rsplit(":", 1)[0]
         try:
-            bulk.receive((host, reply.port), reply.ticket, flats, hashers, self._bulk_tls,
-                         host, timeout=self._ch.config.reconnect_timeout_s)  # fmt: skip
+            bulk.receive((host, reply.port), reply.ticket, flats, list(checksums.values()),
+                         self._bulk_tls, host, self._ch.config.reconnect_timeout_s)  # fmt: skip
         except OSError:  # ConnectionError and ssl.SSLError are OSErrors
             self._bulk_retry_at = time.monotonic() + _BULK_RETRY_S
             return False
-        digests.clear()
-        for name, hasher in zip(destinations, hashers, strict=True):
-            digests[info.names.index(name)] = hasher.hexdigest()
         return True
 
     @functools.cached_property

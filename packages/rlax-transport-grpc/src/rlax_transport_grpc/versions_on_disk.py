@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlax_core.tensors import running_checksum, tensor_checksum
+from rlax_core.tensors import IncomingChecksum
 from rlax_core.types.policy import PolicyVersion
 
 
@@ -37,8 +37,7 @@ class Upload:
         self.received = [0] * len(manifest.tensors)
         # Tensors arriving in order are hashed as they come (while the bytes are hot);
         # one that arrives out of order is hashed from its file at the end.
-        self._hashers = [running_checksum() for _ in manifest.tensors]
-        self._in_order = [True] * len(manifest.tensors)
+        self._checksums = [IncomingChecksum() for _ in manifest.tensors]
         for index, tensor in enumerate(manifest.tensors):
             fd = os.open(self.folder / f"{index}.bin", os.O_CREAT | os.O_RDWR, 0o600)
             os.ftruncate(fd, tensor.nbytes)
@@ -61,21 +60,15 @@ class Upload:
         written = 0
         while written < len(data):  # pwrite may write less than asked
             written += os.pwrite(self._fds[tensor], data[written:], offset + written)
-        if offset != self.received[tensor]:
-            self._in_order[tensor] = False
-        elif self._in_order[tensor]:
-            self._hashers[tensor].update(data)
+        self._checksums[tensor].add(offset, data)
         self.received[tensor] += len(data)
 
     def checksums(self, arrays: dict[str, np.ndarray]) -> dict[str, str]:
         """Each tensor's checksum: from the running hash, or from ``arrays`` if needed."""
-        result = {}
-        for index, tensor in enumerate(self.manifest.tensors):
-            if self._in_order[index]:
-                result[tensor.name] = self._hashers[index].hexdigest()
-            else:
-                result[tensor.name] = tensor_checksum(arrays[tensor.name])
-        return result
+        return {
+            tensor.name: checksum.hexdigest(arrays[tensor.name])
+            for tensor, checksum in zip(self.manifest.tensors, self._checksums, strict=True)
+        }
 
     def missing(self) -> list[str]:
         """Names of tensors that did not receive all their bytes."""

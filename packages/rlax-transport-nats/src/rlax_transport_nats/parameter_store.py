@@ -41,13 +41,7 @@ from rlax_core.errors import (
     VersionConflictError,
     VersionNotFoundError,
 )
-from rlax_core.tensors import (
-    as_host_array,
-    manifest_checksum,
-    running_checksum,
-    tensor_checksum,
-    tensor_checksums,
-)
+from rlax_core.tensors import IncomingChecksum, as_host_array, manifest_checksum, tensor_checksums
 from rlax_core.types.policy import PolicyVersion, TensorInfo
 from rlax_transport_nats.bulk import BulkConnection, BulkUnavailableError, ChunkNotFoundError
 from rlax_transport_nats.config import NatsTransportConfig
@@ -232,23 +226,14 @@ class NatsParameterStore(ParameterStore):
                 # Straight into the destination: no chunk is held anywhere else.
                 requests.append((subject, flat[start : min(start + chunk_bytes, nbytes)]))
                 owners.append((name, chunk))
-        hashers = {name: running_checksum() for name in wanted}
-        hashed_chunks = dict.fromkeys(wanted, 0)
+        checksums: dict[str, IncomingChecksum] = {}
 
-        def received(i: int) -> None:
-            # Chunks mostly land in order: each is hashed while its bytes are still in
-            # cache. A tensor whose chunks come otherwise is hashed whole at the end.
+        def received(i: int) -> None:  # chunks mostly land in order: hashed as they land
             name, chunk = owners[i]
-            if name in hashers and chunk == hashed_chunks[name]:
-                hashers[name].update(requests[i][1])
-                hashed_chunks[name] += 1
-            else:
-                hashers.pop(name, None)
+            checksums[name].add(chunk * chunk_bytes, requests[i][1])
 
         def fetch_all(bulk: BulkConnection) -> list[int]:
-            for hasher in hashers.values():  # a retry after a reconnect starts over
-                hasher.reset()
-            hashed_chunks.update(dict.fromkeys(hashed_chunks, 0))
+            checksums.update({name: IncomingChecksum() for name in wanted})  # per attempt
             window = max(1, min(_FETCH_WINDOW, _FETCH_IN_FLIGHT_BYTES // max(chunk_bytes, 1)))
             return bulk.fetch_many(self._data_stream, requests, window, received)
 
@@ -265,8 +250,7 @@ class NatsParameterStore(ParameterStore):
                     f"bytes, expected {len(view)} (truncated or damaged); fetch again"
                 )
         for name, array in destinations.items():
-            digest = hashers[name].hexdigest() if name in hashers else tensor_checksum(array)
-            if digest != info.tensor(name).checksum:
+            if checksums[name].hexdigest(array) != info.tensor(name).checksum:
                 raise ChecksumMismatchError(
                     f"tensor {name!r} of version {version} does not match its checksum; "
                     f"the bytes stored on NATS at {self._conn.address} are corrupted"
