@@ -136,8 +136,12 @@ def test_shared_prompt_rows_give_the_plain_rows_gradient(batch: TrainBatch, trai
     plain, plain_metrics = _train(batch, share_prompts=False, **trainer)
     shared, shared_metrics = _train(batch, **trainer)
     _close(plain, shared)
+    # One minibatch: both see the same parameters, and their metrics agree to rounding.
+    # Later minibatches run on parameters that the earlier updates (learning rate 100)
+    # moved apart by rounding, which _close holds to 1e-3: their metrics drift to ~1e-5.
+    rel = 1e-5 if trainer.get("minibatches_per_step", 1) == 1 else 1e-4
     for key in ("loss/total", "entropy/mean", "is_weight/mean", "grad_norm"):
-        assert shared_metrics[key] == pytest.approx(plain_metrics[key], rel=1e-5, abs=1e-6), key
+        assert shared_metrics[key] == pytest.approx(plain_metrics[key], rel=rel, abs=1e-6), key
 
 
 def test_the_entropy_bonus_has_a_gradient(batch: TrainBatch) -> None:

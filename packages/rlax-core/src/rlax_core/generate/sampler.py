@@ -264,16 +264,20 @@ class Sampler:
 
             cache = [(self._constrain(share(k)), self._constrain(share(v))) for k, v in cache]
             logits, cache_valid, next_position = map(share, (logits, cache_valid, next_position))
-        row_keys = jax.vmap(jax.random.key)(seeds)
+        # Every draw of the run at once, one row of uniforms per sequence from its own
+        # seed: a row's samples do not depend on the rest of the batch, and the loop
+        # derives no keys.
+        uniforms = jax.vmap(lambda s: jax.random.uniform(jax.random.key(s), (max_new_tokens,)))(
+            seeds
+        )
 
         def sample_and_advance(c: tuple) -> tuple:
             # One token per row from the current logits, then (unless this was the last
             # step) one decode step for the next logits. Sampling lives in one place of
             # the loop body, so it is compiled once.
             step, logits, cache, cache_valid, out_tokens, out_b, out_p, lengths, done = c
-            # Per-row keys: a row's sample does not depend on the rest of the batch.
-            keys = jax.vmap(lambda k: jax.random.fold_in(k, step))(row_keys)
-            token, b_lp, p_lp = choose(logits, keys, temperature, top_k, top_p)
+            draws = jax.lax.dynamic_index_in_dim(uniforms, step, axis=1, keepdims=False)
+            token, b_lp, p_lp = choose(logits, draws, temperature, top_k, top_p)
             token = jnp.where(done, self._pad, token)
             out_tokens = out_tokens.at[:, step].set(token)
             out_b = out_b.at[:, step].set(jnp.where(done, 0.0, b_lp))
@@ -322,6 +326,6 @@ class Sampler:
     def _constrain(self, kv: jax.Array) -> jax.Array:
         if self._mesh is None:
             return kv
-        heads = "tensor" if kv.shape[2] % self._mesh.shape["tensor"] == 0 else None
-        spec = PartitionSpec(BATCH, None, heads, None)
+        heads = "tensor" if kv.shape[1] % self._mesh.shape["tensor"] == 0 else None
+        spec = PartitionSpec(BATCH, heads, None, None)
         return jax.lax.with_sharding_constraint(kv, NamedSharding(self._mesh, spec))

@@ -83,13 +83,18 @@ def truncate(log_probs: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Ar
 _BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF
 
 
-def sample_rows(keys: jax.Array, log_probs: jax.Array) -> jax.Array:
-    """One token per row of (batch, vocab) normalised log-probabilities, one key per row.
+def sample_rows(uniforms: jax.Array, log_probs: jax.Array) -> jax.Array:
+    """One token per row of (batch, vocab) normalised log-probabilities.
 
-    Inverse-CDF sampling with a single uniform per row, in two levels (blocks of the
-    vocabulary, then the chosen block), instead of ``jax.random.categorical``'s Gumbel
-    variate for every vocabulary entry: at a 32K vocabulary that draw costs more than a
-    small model's whole decode step on a CPU. A token of probability zero is never drawn.
+    Inverse-CDF sampling with one uniform draw in [0, 1) per row, in two levels (blocks
+    of the vocabulary, then the chosen block), instead of ``jax.random.categorical``'s
+    Gumbel variate for every vocabulary entry: at a 32K vocabulary that draw costs more
+    than a small model's whole decode step on a CPU. A token of probability zero is
+    never drawn.
+
+    Args:
+        uniforms: (batch,) draws in [0, 1), one per row.
+        log_probs: (batch, vocab).
     """
     batch, vocab = log_probs.shape
     probs = jnp.pad(jnp.exp(log_probs), ((0, 0), (0, (-vocab) % _BLOCK)))
@@ -97,7 +102,7 @@ def sample_rows(keys: jax.Array, log_probs: jax.Array) -> jax.Array:
     sums = blocks.sum(axis=-1)
     ends = jnp.cumsum(sums, axis=-1)
     # In (0, total]: a threshold of 0 would draw a leading token of probability zero.
-    threshold = (1.0 - jax.vmap(jax.random.uniform)(keys)) * ends[:, -1]
+    threshold = (1.0 - uniforms) * ends[:, -1]
     block = jnp.sum(ends < threshold[:, None], axis=-1)
     pick = lambda a: jnp.take_along_axis(a, block[:, None], axis=1)[:, 0]  # noqa: E731
     inner = jnp.take_along_axis(blocks, block[:, None, None], axis=1)[:, 0]
@@ -108,14 +113,26 @@ def sample_rows(keys: jax.Array, log_probs: jax.Array) -> jax.Array:
     return (block * _BLOCK + jnp.minimum(index, last)).astype(jnp.int32)
 
 
+def greedy(logits: jax.Array) -> jax.Array:
+    """The first most likely token of each row, as ``jnp.argmax`` picks it.
+
+    Two plain reductions (the maximum, then the first index holding it) instead of
+    ``argmax``'s paired value-and-index reduction, which XLA's CPU backend does not
+    vectorise.
+    """
+    top = jnp.max(logits, axis=-1, keepdims=True)
+    index = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+    return jnp.min(jnp.where(logits == top, index, logits.shape[-1]), axis=-1)
+
+
 def choose(
     logits: jax.Array,
-    keys: jax.Array,
+    uniforms: jax.Array,
     temperature: jax.Array,
     top_k: jax.Array,
     top_p: jax.Array,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Samples one token per row of (batch, vocab) logits, with one PRNG key per row.
+    """Samples one token per row of (batch, vocab) logits, with one uniform draw per row.
 
     Returns:
         (tokens, behaviour_logprobs, policy_logprobs), each of shape (batch,).
@@ -125,9 +142,7 @@ def choose(
     is_greedy = temperature <= 0
     # Greedy decoding skips the draw (a scalar predicate, so a real branch).
     tokens = jax.lax.cond(
-        is_greedy,
-        lambda: jnp.argmax(logits, axis=-1),
-        lambda: sample_rows(keys, behaviour),
+        is_greedy, lambda: greedy(logits), lambda: sample_rows(uniforms, behaviour)
     ).astype(jnp.int32)
     pick = lambda lp: jnp.take_along_axis(lp, tokens[:, None], axis=-1)[:, 0]  # noqa: E731
     behaviour_lp = jnp.where(is_greedy, 0.0, pick(behaviour))

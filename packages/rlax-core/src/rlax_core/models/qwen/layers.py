@@ -117,7 +117,7 @@ class Attention(nnx.Module):
         Args:
             rope: cos/sin tables for the positions of ``x``.
             mask: (batch, length, keys) bool, True where a query may see a key.
-            cache: (k, v) of shape (batch, slots, kv_heads, head_dim), or None.
+            cache: (k, v) of shape (batch, kv_heads, slots, head_dim), or None.
             cache_index: the slot where ``x``'s keys and values are written.
 
         Returns:
@@ -131,23 +131,33 @@ class Attention(nnx.Module):
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        keys = "bskd"  # without a cache: the input's own keys and values, as projected
         if cache is not None:
+            # A cache holds them heads-first, (batch, kv_heads, slots, head_dim): a decode
+            # step's products then run over the cache's own layout, with no per-step
+            # transpose of the whole cache to put the batch axes of a product first.
+            keys = "bksd"
             k_cache, v_cache = cache
-            start = (0, cache_index, 0, 0)
-            k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
-            v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
+            start = (0, 0, cache_index, 0)
+            k = jax.lax.dynamic_update_slice(k_cache, _heads_first(k, k_cache.dtype), start)
+            v = jax.lax.dynamic_update_slice(v_cache, _heads_first(v, v_cache.dtype), start)
             cache = (k, v)
         groups = c.num_heads // c.num_kv_heads
         q = q.reshape(b, t, c.num_kv_heads, groups, c.head_dim)
         k, v = k.astype(q.dtype), v.astype(q.dtype)
-        if t == 1:
+        if t == 1 and cache is not None:
             out = _attend_one_query(q[:, 0], k, v, mask[:, 0], c.head_dim**-0.5)[:, None]
         else:
-            scores = jnp.einsum("btkgd,bskd->bkgts", q, k) * c.head_dim**-0.5
+            scores = jnp.einsum(f"btkgd,{keys}->bkgts", q, k) * c.head_dim**-0.5
             scores = jnp.where(mask[:, None, None, :, :], scores.astype(jnp.float32), _MASKED)
             probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-            out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+            out = jnp.einsum(f"bkgts,{keys}->btkgd", probs, v)
         return self.o_proj(out.reshape(b, t, c.num_heads * c.head_dim)), cache
+
+
+def _heads_first(x: jax.Array, dtype: jnp.dtype) -> jax.Array:
+    """(batch, length, heads, head_dim) → the cache's (batch, heads, length, head_dim)."""
+    return jnp.swapaxes(x, 1, 2).astype(dtype)
 
 
 def _attend_one_query(
@@ -155,23 +165,23 @@ def _attend_one_query(
 ) -> jax.Array:
     """Attention of one query per row (a decode step) to the keys of a cache.
 
-    Products and sums over the cache's own layout: a batched matrix product would first
-    transpose the whole cache of every layer to put its batch axes in front, at every
-    step, and the products of one query are too small to gain from it.
+    Products and sums rather than matrix products: with one query per row, each (row,
+    head) product is a matrix-vector product too small to gain from a matrix kernel,
+    and the elementwise form fuses with the mask and the softmax.
 
     Args:
         q: (batch, kv_heads, groups, head_dim).
-        k, v: (batch, slots, kv_heads, head_dim).
+        k, v: (batch, kv_heads, slots, head_dim).
         mask: (batch, slots) bool.
         scale: the score scale.
 
     Returns:
         (batch, kv_heads, groups, head_dim).
     """
-    scores = jnp.sum(q[:, None] * k[:, :, :, None, :], axis=-1) * scale  # (b, s, k, g)
-    scores = jnp.where(mask[:, :, None, None], scores.astype(jnp.float32), _MASKED)
-    probs = jax.nn.softmax(scores, axis=1).astype(q.dtype)
-    return jnp.sum(probs[..., None] * v[:, :, :, None, :], axis=1)
+    scores = jnp.sum(q[:, :, :, None, :] * k[:, :, None], axis=-1) * scale  # (b, k, g, s)
+    scores = jnp.where(mask[:, None, None, :], scores.astype(jnp.float32), _MASKED)
+    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+    return jnp.sum(probs[..., None] * v[:, :, None], axis=3)
 
 
 class MLP(nnx.Module):

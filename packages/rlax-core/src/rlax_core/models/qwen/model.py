@@ -88,7 +88,7 @@ class Qwen(nnx.Module):
             valid: (batch, length) bool, False for padding; default all True.
             positions: (batch, length) RoPE positions; default: the count of valid
                 tokens before each one (so left padding does not shift positions).
-            cache: per-layer (k, v) of shape (batch, slots, kv_heads, head_dim); the
+            cache: per-layer (k, v) of shape (batch, kv_heads, slots, head_dim); the
                 tokens' keys and values are written at ``cache_index``.
             cache_index: first cache slot of ``tokens``.
             cache_valid: (batch, slots) bool, which cache slots hold real tokens,
@@ -166,6 +166,6 @@ class Qwen(nnx.Module):
     def init_cache(self, batch: int, slots: int) -> KVCache:
         """An empty KV cache for ``batch`` sequences of up to ``slots`` tokens."""
         c = self.config
-        shape = (batch, slots, c.num_kv_heads, c.head_dim)
+        shape = (batch, c.num_kv_heads, slots, c.head_dim)
         dtype = jnp.dtype(c.dtype)
         return [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(c.num_layers)]
