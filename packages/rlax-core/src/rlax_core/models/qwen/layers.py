@@ -142,6 +142,12 @@ class Attention(nnx.Module):
             k = jax.lax.dynamic_update_slice(k_cache, _heads_first(k, k_cache.dtype), start)
             v = jax.lax.dynamic_update_slice(v_cache, _heads_first(v, v_cache.dtype), start)
             cache = (k, v)
+            if isinstance(cache_index, int):
+                # A static start (a prefill): no query of this input may see a slot
+                # past its own (causal), so attend to the slots up to the input's end,
+                # not to a whole cache sized for the generation budget.
+                end = cache_index + t
+                k, v, mask = k[:, :, :end], v[:, :, :end], mask[..., :end]
         groups = c.num_heads // c.num_kv_heads
         q = q.reshape(b, t, c.num_kv_heads, groups, c.head_dim)
         k, v = k.astype(q.dtype), v.astype(q.dtype)
