@@ -9,10 +9,13 @@ import pytest
 from flax import nnx
 
 from rlax_core.models import Qwen, QwenConfig, flat_params, init_model
+from rlax_core.models.qwen.decode_attention import BLOCK as DECODE_BLOCK
 
 
-@pytest.mark.parametrize("architecture", ["qwen2", "qwen3"])
-def test_decoding_with_a_cache_equals_the_full_forward(architecture: str) -> None:
+@pytest.mark.parametrize(
+    ("architecture", "slots"), [("qwen2", 16), ("qwen3", 16), ("qwen2", 2 * DECODE_BLOCK + 10)]
+)
+def test_decoding_with_a_cache_equals_the_full_forward(architecture: str, slots: int) -> None:
     model = init_model(QwenConfig.tiny(architecture), seed=0)
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, 512, (2, 9)), jnp.int32)
     full = nnx.jit(lambda m, t: m(t))(model, tokens)
@@ -21,8 +24,8 @@ def test_decoding_with_a_cache_equals_the_full_forward(architecture: str) -> Non
             t, positions=p, cache=cache, cache_index=i, cache_valid=valid
         )
     )
-    cache = model.init_cache(2, 16)
-    valid = jnp.zeros((2, 16), bool).at[:, :5].set(True)
+    cache = model.init_cache(2, slots)  # the larger one decodes in blocks of the cache
+    valid = jnp.zeros((2, slots), bool).at[:, :5].set(True)
     logits, cache = step(model, tokens[:, :5], jnp.arange(5)[None].repeat(2, 0), cache, 0, valid)
     steps = [logits[:, -1]]
     for i in range(5, 9):

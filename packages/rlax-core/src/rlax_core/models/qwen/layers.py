@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rlax_core.models.qwen.config import QwenConfig
+from rlax_core.models.qwen.decode_attention import attend_one_query
 
 # Large negative instead of -inf keeps fully masked rows (padding queries) finite.
 _MASKED = -1e30
@@ -152,7 +153,9 @@ class Attention(nnx.Module):
         q = q.reshape(b, t, c.num_kv_heads, groups, c.head_dim)
         k, v = k.astype(q.dtype), v.astype(q.dtype)
         if t == 1 and cache is not None:
-            out = _attend_one_query(q[:, 0], k, v, mask[:, 0], c.head_dim**-0.5)[:, None]
+            filled = cache_index + 1  # a decode step: the slots up to its own
+            out = attend_one_query(q[:, 0], k, v, mask[:, 0], c.head_dim**-0.5, filled)
+            out = out[:, None]
         else:
             scores = jnp.einsum(f"btkgd,{keys}->bkgts", q, k) * c.head_dim**-0.5
             scores = jnp.where(mask[:, None, None, :, :], scores.astype(jnp.float32), _MASKED)
@@ -164,30 +167,6 @@ class Attention(nnx.Module):
 def _heads_first(x: jax.Array, dtype: jnp.dtype) -> jax.Array:
     """(batch, length, heads, head_dim) → the cache's (batch, heads, length, head_dim)."""
     return jnp.swapaxes(x, 1, 2).astype(dtype)
-
-
-def _attend_one_query(
-    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float
-) -> jax.Array:
-    """Attention of one query per row (a decode step) to the keys of a cache.
-
-    Products and sums rather than matrix products: with one query per row, each (row,
-    head) product is a matrix-vector product too small to gain from a matrix kernel,
-    and the elementwise form fuses with the mask and the softmax.
-
-    Args:
-        q: (batch, kv_heads, groups, head_dim).
-        k, v: (batch, kv_heads, slots, head_dim).
-        mask: (batch, slots) bool.
-        scale: the score scale.
-
-    Returns:
-        (batch, kv_heads, groups, head_dim).
-    """
-    scores = jnp.sum(q[:, :, :, None, :] * k[:, :, None], axis=-1) * scale  # (b, k, g, s)
-    scores = jnp.where(mask[:, None, None, :], scores.astype(jnp.float32), _MASKED)
-    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-    return jnp.sum(probs[..., None] * v[:, :, None], axis=3)
 
 
 class MLP(nnx.Module):
