@@ -11,9 +11,12 @@ written, and every engine generates from that same checkpoint in this run:
 Prefill tokens/s = batch × prompt length / time to the first token; decode tokens/s =
 batch × (new tokens − 1) / the time the rest took. Greedy decoding, no stop tokens.
 Per batch size, the baselines run between two timings of rlax whose mean is reported,
-so load on a shared machine falls on both sides of each ratio alike. At batch 16 each
-engine's prefill compute (GFLOP/s) is also set beside this machine's fp32 matrix-product
-rate, measured in the same run: how far from the ceiling each one runs.
+so load on a shared machine falls on both sides of each ratio alike. At batch 16 two ceilings of
+this machine are measured in the same run, and each engine is set beside them: its
+prefill compute (GFLOP/s) beside the fp32 matrix-product rate, and the rate its decode
+steps read the weights (every step reads each one once) beside XLA's matrix product at
+M = 16 streaming as many bytes, itself set beside a plain XLA sum of the same arrays
+(the memory's read rate).
 """
 
 from __future__ import annotations
@@ -149,6 +152,59 @@ def _record_peak(bench: Bench, label: str, config: QwenConfig, rates: dict[str, 
                      baseline_label="2048² fp32 matmul, best of XLA and NumPy")  # fmt: skip
 
 
+def _decode_matrices(model: Qwen) -> list[jax.Array]:
+    """The matrices a decode step reads whole: every projection and the vocabulary one
+    (the embedding table itself when tied; an untied table is only gathered from)."""
+    flat = [(path, v.get_value()) for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))]
+    untied = any(path[0] == "lm_head" for path, _ in flat)
+    return [a for path, a in flat if a.ndim == 2 and not (untied and "embed_tokens" in path)]
+
+
+def _weight_read_rates(matrices: list[jax.Array], batch: int) -> tuple[float, float]:
+    """This machine's rates (bytes/s) for reading these weights once: through XLA's
+    matrix products at M = ``batch`` with nothing else, and through a plain XLA sum.
+
+    The first is what a decode step's products alone would reach, the floor of any XLA
+    engine's step; the second is the memory's own read rate.
+    """
+    inputs = {a.shape[1]: jnp.ones((batch, a.shape[1]), a.dtype) for a in matrices}
+
+    @jax.jit
+    def products(inputs: dict[int, jax.Array], matrices: list[jax.Array]) -> jax.Array:
+        carried = jnp.zeros(())
+        for w in matrices:  # each product needs the one before: one at a time
+            carried = carried + ((inputs[w.shape[1]] + carried * 1e-12) @ w.T).sum() * 1e-12
+        return carried
+
+    @jax.jit
+    def sums(matrices: list[jax.Array]) -> jax.Array:
+        return sum(w.sum() for w in matrices)
+
+    products(inputs, matrices).block_until_ready()
+    sums(matrices).block_until_ready()
+    nbytes = sum(a.nbytes for a in matrices)
+    product_s = _median_time(lambda: products(inputs, matrices).block_until_ready(), 5)
+    sum_s = _median_time(lambda: sums(matrices).block_until_ready(), 5)
+    return nbytes / product_s, nbytes / sum_s
+
+
+def _record_weight_reads(bench: Bench, label: str, model: Qwen, batch: int,
+                         decode_tokens_per_s: dict[str, float]) -> None:  # fmt: skip
+    """Each engine's decode as the rate its steps read the weights, beside the ceilings."""
+    matrices = _decode_matrices(model)
+    step_bytes = sum(a.nbytes for a in matrices)
+    products, memory = _weight_read_rates(matrices, batch)
+    for engine, tokens_per_s in decode_tokens_per_s.items():
+        bench.record(f"{label} decode weight reads vs the same products alone",
+                     subject=tokens_per_s / batch * step_bytes / 1e9, baseline=products / 1e9,
+                     unit="GB/s", higher_is_better=True, subject_label=engine,
+                     baseline_label=f"its matrix products alone, XLA, M={batch}")  # fmt: skip
+    bench.record(f"{label} decode matrix products vs this machine's memory read rate",
+                 subject=products / 1e9, baseline=memory / 1e9, unit="GB/s",
+                 higher_is_better=True, subject_label=f"XLA matrix products, M={batch}",
+                 baseline_label="XLA sum of the same weights")  # fmt: skip
+
+
 def _side_engine(
     python: Path, script: Path, command: list[str], checkpoint: Path, job: dict
 ) -> dict:
@@ -162,14 +218,17 @@ def _side_engine(
         return json.loads((work / "out.json").read_text())
 
 
+def _rates(times: tuple[float, float], batch: int, prompt_len: int,
+           new_tokens: int) -> tuple[float, float]:  # fmt: skip
+    """(prefill, decode) tokens/s from (seconds to the first token, seconds in all)."""
+    prefill_s, total_s = times
+    return batch * prompt_len / prefill_s, batch * (new_tokens - 1) / max(total_s - prefill_s, 1e-9)
+
+
 def _record(bench: Bench, label: str, ours: tuple[float, float], theirs: tuple[float, float],
             baseline: str, batch: int, prompt_len: int, new_tokens: int) -> None:  # fmt: skip
-    def rates(prefill_s: float, total_s: float) -> tuple[float, float]:
-        return batch * prompt_len / prefill_s, batch * (new_tokens - 1) / max(
-            total_s - prefill_s, 1e-9
-        )
-
-    (o_pre, o_dec), (t_pre, t_dec) = rates(*ours), rates(*theirs)
+    (o_pre, o_dec) = _rates(ours, batch, prompt_len, new_tokens)
+    (t_pre, t_dec) = _rates(theirs, batch, prompt_len, new_tokens)
     bench.record(f"{label} prefill", subject=o_pre, baseline=t_pre, unit="tokens/s",
                  higher_is_better=True, baseline_label=baseline)  # fmt: skip
     bench.record(f"{label} decode", subject=o_dec, baseline=t_dec, unit="tokens/s",
@@ -216,7 +275,13 @@ def run(bench: Bench) -> None:
                         _record(bench, label, ours, theirs, baseline, batch, prompt_len,
                                 new_tokens)  # fmt: skip
                 if batch == 16:  # the batch the target is set at
-                    rates = {"rlax": batch * prompt_len / ours[0]}
+                    engines = {"rlax": ours}
                     if hf is not None:
-                        rates["transformers"] = batch * prompt_len / hf["results"][0]["prefill_s"]
-                    _record_peak(bench, label, config, rates, prompt_len)
+                        engines["transformers"] = (hf["results"][0]["prefill_s"],
+                                                   hf["results"][0]["total_s"])  # fmt: skip
+                    rates = {e: _rates(t, batch, prompt_len, new_tokens)
+                             for e, t in engines.items()}  # fmt: skip
+                    _record_peak(bench, label, config, {e: r[0] for e, r in rates.items()},
+                                 prompt_len)  # fmt: skip
+                    _record_weight_reads(bench, label, model, batch,
+                                         {e: r[1] for e, r in rates.items()})  # fmt: skip
