@@ -5,7 +5,9 @@ publish, fetch by 1 and 4 concurrent readers, and publish-to-all-readers time fo
 parameter set (1 GB; 32 MB with --quick), each beside the same bytes over a plain TCP
 socket on loopback, measured in the same run. Then queue throughput (rollouts/s with
 4 KB and 256 KB items) beside the in-process queue, and the NATS object store against
-the chunked streams RLAX uses.
+the chunked streams RLAX uses. One more NATS row has no RLAX code in it: core messages
+(no JetStream) relayed by nats-server from a bare publisher to a bare subscriber
+(benchmarks/_nats_relay.py), beside the socket: the server's own cost per byte.
 
 NATS and gRPC readers, and the socket readers they are compared with, each run in a
 process of their own (benchmarks/_transport_reader.py), as inference workers do: reader
@@ -39,10 +41,10 @@ SOCKET = "plain TCP socket, loopback"
 READER_SCRIPT = Path(__file__).resolve().parent / "_transport_reader.py"
 
 
-def _reader_module() -> Any:
-    """benchmarks/_transport_reader.py, whose readers the in-process figures use too."""
-    spec = importlib.util.spec_from_file_location("rlax_benchmarks._transport_reader",
-                                                  READER_SCRIPT)  # fmt: skip
+def _sibling(name: str) -> Any:
+    """A helper module of benchmarks/ (not a package), e.g. ``_transport_reader``."""
+    path = Path(__file__).resolve().parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"rlax_benchmarks.{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -259,6 +261,24 @@ def _bench_weights(bench: Bench, name: str, publisher: Any, readers: _Readers,
                          subject_label=name, baseline_label=SOCKET)  # fmt: skip
 
 
+def _bench_nats_relay(bench: Bench, url: str, base: _SocketBaseline, chunk: int) -> None:
+    """Core messages relayed by nats-server to one reader (no RLAX code), beside the socket."""
+    relay = _sibling("_nats_relay").relay
+    into = np.ones_like(base.buffer)  # touched: no page faults while timed
+    conn = base.connect()
+    pairs = []
+    for _ in range(1 if bench.quick else 3):
+        pairs.append((_timed(lambda: relay(url, base.buffer, into, chunk)),
+                      _timed(lambda: base.fetch(conn, into))))  # fmt: skip
+    conn.close()
+    gigabytes = base.buffer.nbytes / 1e9
+    bench.record("nats-server relaying core messages, publisher to 1 reader (no JetStream)",
+                 subject=gigabytes / statistics.median(p[0] for p in pairs),
+                 baseline=gigabytes / statistics.median(p[1] for p in pairs), unit="GB/s",
+                 higher_is_better=True, subject_label="nats-server",
+                 baseline_label=SOCKET)  # fmt: skip
+
+
 def _bench_queues(bench: Bench, name: str, open_queue: Callable[[str], Any]) -> None:
     sizes = ((4096, 200 if bench.quick else 2000), (256 << 10, 20 if bench.quick else 200))
     for size, count in sizes:
@@ -338,7 +358,7 @@ def run(bench: Bench) -> None:
         grpc_server = ServeProcess(Path(tmp) / "grpc", keep_versions=2)
         nats_server.start()
         grpc_server.start()
-        local = _reader_module()
+        local = _sibling("_transport_reader")
         socket_json = json.dumps({"port": base.port, "nbytes": base.buffer.nbytes})
         socket_readers = None
         try:
@@ -374,6 +394,7 @@ def run(bench: Bench) -> None:
                     readers.close()
                     publisher.close()
                 if name == "nats":
+                    _bench_nats_relay(bench, nats_server.url, base, nats_config.chunk_mb << 20)
                     chunked = {r.name.split("nats ")[1]: r.subject for r in bench.results
                                if r.name in ("nats publish", "nats fetch, 1 reader")}  # fmt: skip
                     _bench_object_store(bench, nats_server.url, params, chunked)
