@@ -11,12 +11,12 @@ written, and every engine generates from that same checkpoint in this run:
 Prefill tokens/s = batch × prompt length / time to the first token; decode tokens/s =
 batch × (new tokens − 1) / the time the rest took. Greedy decoding, no stop tokens.
 Per batch size, the baselines run between two timings of rlax whose mean is reported,
-so load on a shared machine falls on both sides of each ratio alike. At batch 16 two ceilings of
-this machine are measured in the same run, and each engine is set beside them: its
+so load on a shared machine falls on both sides of each ratio alike. At batch 16 each
+engine is also set beside two ceilings of this machine, measured in the same run: its
 prefill compute (GFLOP/s) beside the fp32 matrix-product rate, and the rate its decode
-steps read the weights (every step reads each one once) beside XLA's matrix product at
-M = 16 streaming as many bytes, itself set beside a plain XLA sum of the same arrays
-(the memory's read rate).
+steps read the weights (each step reads every matrix once) beside the same matrices
+through XLA's matrix products at M = 16 alone; those products are in turn set beside a
+plain XLA sum of the same arrays, the memory's read rate.
 """
 
 from __future__ import annotations
@@ -218,6 +218,11 @@ def _side_engine(
         return json.loads((work / "out.json").read_text())
 
 
+def _side_times(side: dict) -> tuple[float, float]:
+    """(seconds to the first token, seconds in all) from a side engine's answer."""
+    return side["results"][0]["prefill_s"], side["results"][0]["total_s"]
+
+
 def _rates(times: tuple[float, float], batch: int, prompt_len: int,
            new_tokens: int) -> tuple[float, float]:  # fmt: skip
     """(prefill, decode) tokens/s from (seconds to the first token, seconds in all)."""
@@ -227,8 +232,8 @@ def _rates(times: tuple[float, float], batch: int, prompt_len: int,
 
 def _record(bench: Bench, label: str, ours: tuple[float, float], theirs: tuple[float, float],
             baseline: str, batch: int, prompt_len: int, new_tokens: int) -> None:  # fmt: skip
-    (o_pre, o_dec) = _rates(ours, batch, prompt_len, new_tokens)
-    (t_pre, t_dec) = _rates(theirs, batch, prompt_len, new_tokens)
+    o_pre, o_dec = _rates(ours, batch, prompt_len, new_tokens)
+    t_pre, t_dec = _rates(theirs, batch, prompt_len, new_tokens)
     bench.record(f"{label} prefill", subject=o_pre, baseline=t_pre, unit="tokens/s",
                  higher_is_better=True, baseline_label=baseline)  # fmt: skip
     bench.record(f"{label} decode", subject=o_dec, baseline=t_dec, unit="tokens/s",
@@ -271,14 +276,12 @@ def run(bench: Bench) -> None:
                 for side, baseline in ((hf, "transformers generate (torch CPU)"),
                                        (tunix, "Tunix sampler")):  # fmt: skip
                     if side is not None:
-                        theirs = (side["results"][0]["prefill_s"], side["results"][0]["total_s"])
-                        _record(bench, label, ours, theirs, baseline, batch, prompt_len,
+                        _record(bench, label, ours, _side_times(side), baseline, batch, prompt_len,
                                 new_tokens)  # fmt: skip
                 if batch == 16:  # the batch the target is set at
                     engines = {"rlax": ours}
                     if hf is not None:
-                        engines["transformers"] = (hf["results"][0]["prefill_s"],
-                                                   hf["results"][0]["total_s"])  # fmt: skip
+                        engines["transformers"] = _side_times(hf)
                     rates = {e: _rates(t, batch, prompt_len, new_tokens)
                              for e, t in engines.items()}  # fmt: skip
                     _record_peak(bench, label, config, {e: r[0] for e, r in rates.items()},
