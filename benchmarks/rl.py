@@ -43,8 +43,8 @@ import yaml
 from rlax_core.bench import Bench
 from rlax_core.config.loading import validate_run_config
 from rlax_core.models import save_pretrained
-from rlax_core.rl import components, roles
-from rlax_core.rl.metrics_log import read_metrics
+from rlax_core.rl.roles import components, start
+from rlax_core.run_dir.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -93,7 +93,7 @@ def run_config(base: dict[str, Any], checkpoint: Path, *, k: int, steps: int) ->
 
 def train(config: Any, run_dir: Path) -> list[dict]:
     """One embedded run (``rlax train``'s default role); its metrics, RL steps only."""
-    roles.run_all(config, EXAMPLES, run_dir, resume=False, stop=threading.Event(), progress=False)
+    start.run_all(config, EXAMPLES, run_dir, resume=False, stop=threading.Event(), progress=False)
     return [row for row in read_metrics(run_dir) if row["step"] > 0]
 
 

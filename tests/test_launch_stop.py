@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rlax_core.rl.process_table import pid_alive, read_table
+from rlax_core.run_dir.process_table import pid_alive, read_table
 from rlax_launchers.testing.chaos import launch, launch_log
 from rlax_launchers.testing.chaos_config import chaos_run_config
 

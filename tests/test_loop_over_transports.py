@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlax_core.rl.metrics_log import read_metrics
+from rlax_core.run_dir.metrics import read_metrics
 from rlax_core.testing.processes import rlax, serve, stop
 from rlax_core.testing.run_configs import small_run_config
 

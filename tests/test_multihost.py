@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from rlax_core.models.safetensors_file import SafetensorsReader
-from rlax_core.rl.metrics_log import read_metrics
+from rlax_core.run_dir.metrics import read_metrics
 from rlax_core.testing.processes import rlax, serve, stop
 from rlax_core.testing.run_configs import small_run_config
 
@@ -120,7 +120,7 @@ def _initial_params(config: Path) -> dict[str, np.ndarray]:
     """The parameters the run starts from (the preset initialised with the run's seed)."""
     from rlax_core.config.loading import load_run_config
     from rlax_core.models.params import flat_params
-    from rlax_core.rl.components import build_model
+    from rlax_core.rl.roles.components import build_model
 
     model = build_model(load_run_config(config), config.parent)
     return {name: np.asarray(value) for name, value in flat_params(model).items()}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlax_core.rl.metrics_log import read_metrics
+from rlax_core.run_dir.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 

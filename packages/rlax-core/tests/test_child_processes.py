@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rlax_core.rl.process_table import pid_alive
+from rlax_core.run_dir.process_table import pid_alive
 
 # The parent starts a long-sleeping child that asks to be SIGTERMed when the parent dies,
 # prints the child's pid, then waits to be killed.

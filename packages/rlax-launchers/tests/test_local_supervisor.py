@@ -20,7 +20,7 @@ from rlax_core.cli.main import main
 from rlax_core.cli.preempt_cmd import preempt
 from rlax_core.cli.status_cmd import collect
 from rlax_core.errors import RlaxError
-from rlax_core.rl.process_table import pid_alive, read_events, read_table
+from rlax_core.run_dir.process_table import pid_alive, read_events, read_table
 from rlax_launchers.local.config import LocalLauncherConfig
 from rlax_launchers.local.supervised import SupervisedProcess
 from rlax_launchers.local.supervisor import Supervisor

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rlax_core.config.data_sections import DatasetConfig
+from rlax_core.config.sections import DatasetConfig
 from rlax_core.data import PromptDataset, PromptExample
 from rlax_core.errors import ConfigError
 

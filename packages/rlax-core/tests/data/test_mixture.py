@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlax_core.config.data_sections import DataSection
+from rlax_core.config.sections import DataSection
 from rlax_core.data import PromptDataset, PromptExample, PromptMixture
 from rlax_core.errors import ConfigError
 

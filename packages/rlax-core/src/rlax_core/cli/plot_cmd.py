@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlax_core.errors import RlaxError
-from rlax_core.rl.metrics_log import METRICS_FILE, MetricsFileError, read_metrics
+from rlax_core.run_dir.metrics import METRICS_FILE, MetricsFileError, read_metrics
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

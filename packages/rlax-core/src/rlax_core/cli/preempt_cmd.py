@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from rlax_core.errors import ConfigError, RlaxError
-from rlax_core.rl.process_table import mark_preempting, pid_alive, read_table
+from rlax_core.run_dir.process_table import mark_preempting, pid_alive, read_table
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlax_core.errors import ConfigError
-from rlax_core.rl.process_table import TABLE_FILE, ProcessTable, pid_alive, read_table
+from rlax_core.run_dir.process_table import TABLE_FILE, ProcessTable, pid_alive, read_table
 
 STATUS_DIR = "status"
 _NOT_PROCESSES = {"warm_start"}  # status files of a phase, not of a running process

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         # bring their own); it has to be chosen before the backend starts.
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
-    from rlax_core.rl import roles  # imports JAX: after the config is known to be valid
+    from rlax_core.rl.roles import start  # imports JAX: after the config is known to be valid
 
     stop = threading.Event()
     stopped_by_signal: list[int] = []
@@ -79,11 +79,11 @@ def run(args: argparse.Namespace) -> int:
     config_dir = args.config.resolve().parent
     progress = not args.no_progress
     if args.role == "worker":
-        roles.run_worker(config, config_dir, args.run_dir, worker_id=args.worker_id, stop=stop,
+        start.run_worker(config, config_dir, args.run_dir, worker_id=args.worker_id, stop=stop,
                          working=working)  # fmt: skip
     elif args.role == "trainer":
         try:
-            finished = roles.run_trainer(config, config_dir, args.run_dir, resume=args.resume,
+            finished = start.run_trainer(config, config_dir, args.run_dir, resume=args.resume,
                                          stop=stop, progress=progress)  # fmt: skip
         except Exception as exc:
             if args.coordinator is not None:
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             print("stopped: another process of the trainer was terminated", file=sys.stderr)
             return 128 + signal.SIGTERM
     else:
-        roles.run_all(config, config_dir, args.run_dir, resume=args.resume, stop=stop,
+        start.run_all(config, config_dir, args.run_dir, resume=args.resume, stop=stop,
                       progress=progress)  # fmt: skip
     if stopped_by_signal:
         return 128 + stopped_by_signal[0]

@@ -11,10 +11,18 @@ from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
 
-from rlax_core.config.data_sections import DataSection
-from rlax_core.config.loop_sections import CheckpointSection, EvalSection, WarmStartSection
-from rlax_core.config.sections import ModelSection, RolloutSection, RunSection, StalenessSection
-from rlax_core.config.training_sections import AlgorithmSection, TrainerSection
+from rlax_core.config.sections import (
+    AlgorithmSection,
+    CheckpointSection,
+    DataSection,
+    EvalSection,
+    ModelSection,
+    RolloutSection,
+    RunSection,
+    StalenessSection,
+    TrainerSection,
+    WarmStartSection,
+)
 
 if TYPE_CHECKING:
     from rlax_core.plugins.registry import Registry

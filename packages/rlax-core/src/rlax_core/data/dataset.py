@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlax_core.config.data_sections import DatasetConfig, template_fields
+from rlax_core.config.sections import DatasetConfig, template_fields
 from rlax_core.data.rows import SourceRow, read_rows
 from rlax_core.errors import ConfigError
 

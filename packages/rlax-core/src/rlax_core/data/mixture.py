@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rlax_core.config.data_sections import DataSection
+from rlax_core.config.sections import DataSection
 from rlax_core.data.dataset import PromptDataset, PromptExample
 from rlax_core.errors import ConfigError
 

@@ -20,7 +20,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlax_core.generate.buckets import buckets_up_to
-from rlax_core.generate.sampling import SamplingParams, choose
+from rlax_core.generate.next_token import SamplingParams, choose
 from rlax_core.models.logprobs import teacher_forced_logprobs
 from rlax_core.models.params import with_params
 from rlax_core.models.qwen import Qwen

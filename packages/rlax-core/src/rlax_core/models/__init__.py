@@ -5,9 +5,9 @@ maps int32 token ids (batch, length) to logits (batch, length, vocab)) and
 :func:`save_pretrained` (a model → a directory that ``transformers`` loads).
 """
 
-from rlax_core.models.checkpoint import load_pretrained, read_config, save_pretrained
 from rlax_core.models.logprobs import policy_log_softmax, teacher_forced_logprobs
 from rlax_core.models.params import flat_params, init_model, place_model, replace_params
+from rlax_core.models.pretrained import load_pretrained, read_config, save_pretrained
 from rlax_core.models.qwen import PRESETS, Qwen, QwenConfig
 from rlax_core.models.safetensors_file import CheckpointError
 from rlax_core.models.sharding import MeshShape

@@ -23,7 +23,7 @@ from rlax_core.cli.status_cmd import collect
 from rlax_core.contracts import Launcher, ProcessStatus, RenderedArtifact
 from rlax_core.errors import ConfigError, RlaxError
 from rlax_core.plugins.registry import BuildContext, Registry
-from rlax_core.rl.process_table import PREEMPTING_DIR, TABLE_FILE, pid_alive, read_table
+from rlax_core.run_dir.process_table import PREEMPTING_DIR, TABLE_FILE, pid_alive, read_table
 from rlax_launchers.local.config import LocalLauncherConfig
 from rlax_launchers.local.supervised import SupervisedProcess
 from rlax_launchers.local.supervisor import Supervisor

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from rlax_core.child_processes import signal_when_parent_dies
-from rlax_core.rl.process_table import LOGS_DIR, ProcessEntry, ProcessState
+from rlax_core.run_dir.process_table import LOGS_DIR, ProcessEntry, ProcessState
 
 Role = Literal["transport", "trainer", "worker"]
 

@@ -1,0 +1,26 @@
+"""The fixed sections of a run config, a concern a file (plugin sections: the registry)."""
+
+from rlax_core.config.sections.base import Section
+from rlax_core.config.sections.data import DataSection, DatasetConfig, template_fields
+from rlax_core.config.sections.model import ModelSection
+from rlax_core.config.sections.rollout import RolloutSection, StalenessSection
+from rlax_core.config.sections.run import RunSection
+from rlax_core.config.sections.schedule import CheckpointSection, EvalSection, WarmStartSection
+from rlax_core.config.sections.training import AlgorithmSection, MeshSection, TrainerSection
+
+__all__ = [
+    "AlgorithmSection",
+    "CheckpointSection",
+    "DataSection",
+    "DatasetConfig",
+    "EvalSection",
+    "MeshSection",
+    "ModelSection",
+    "RolloutSection",
+    "RunSection",
+    "Section",
+    "StalenessSection",
+    "TrainerSection",
+    "WarmStartSection",
+    "template_fields",
+]

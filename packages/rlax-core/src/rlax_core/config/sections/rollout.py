@@ -1,0 +1,80 @@
+"""How completions are sampled, and how stale a rollout may be when it is trained on.
+
+Every field says what it counts: ``prompts_per_step`` counts prompts, ``samples_per_prompt``
+completions per prompt, ``max_new_tokens`` tokens per completion. There is no bare
+``batch_size`` anywhere.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from rlax_core.config.sections.base import Section
+
+
+class RolloutSection(Section):
+    """How inference workers sample."""
+
+    prompts_per_step: int = Field(
+        default=8, ge=1, description="Prompts (groups) in one training step's batch."
+    )
+    samples_per_prompt: int = Field(
+        default=8, ge=1, description="Completions sampled per prompt (the group size)."
+    )
+    max_new_tokens: int = Field(
+        default=256, ge=1, description="Most tokens generated per completion."
+    )
+    temperature: float = Field(
+        default=1.0, ge=0.0, description="Sampling temperature; 0 is greedy."
+    )
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1: off).")
+    top_k: int = Field(default=0, ge=0, description="Keep the k most likely tokens (0: off).")
+    workers: int = Field(default=1, ge=1, description="Inference workers.")
+    groups_per_batch: int = Field(
+        default=4,
+        ge=1,
+        description="Prompt groups a worker leases and samples together (its batch holds "
+        "groups_per_batch × samples_per_prompt completions).",
+    )
+    chat_template: bool = Field(
+        default=False,
+        description="Wrap each prompt in the tokenizer's chat template as a user message.",
+    )
+    logprob_check_groups: int = Field(
+        default=1,
+        ge=0,
+        description="Prompt groups of each batch a worker re-scores by teacher forcing with "
+        "the same weights, to measure its sampler's log-probability gap (logprob_gap/max). "
+        "It costs a forward pass over those groups' sequences (0: no check).",
+    )
+    lease_s: float = Field(
+        default=600.0,
+        gt=0.0,
+        description="Seconds a lease lasts: a worker's on a prompt group (renewed once its "
+        "weights are ready), and the trainer's on the rollouts it holds until a checkpoint "
+        "covers them (renewed while it runs). A killed process's items come back this late.",
+    )
+
+
+class StalenessSection(Section):
+    """How old a rollout's policy version may be when it is trained on."""
+
+    max_staleness: int = Field(
+        default=1,
+        ge=0,
+        description="k: the trainer at version v trains only on rollouts of versions ≥ v - k "
+        "(0: synchronous on-policy).",
+    )
+    pull_every: int = Field(
+        default=1, ge=1, description="Workers pull new weights every this many versions."
+    )
+
+    @model_validator(mode="after")
+    def _pull_often_enough(self) -> StalenessSection:
+        if self.pull_every > self.max_staleness + 1:
+            raise ValueError(
+                f"pull_every ({self.pull_every}) exceeds max_staleness + 1 "
+                f"({self.max_staleness + 1}): workers would hold weights too stale to train "
+                "on; lower pull_every or raise max_staleness"
+            )
+        return self

@@ -1,0 +1,155 @@
+"""`rlax train` end to end: the run directory, the metrics, and exact resume after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from rlax_core.models.safetensors_file import SafetensorsReader
+from rlax_core.run_dir.metrics import read_metrics
+from rlax_core.testing.run_configs import small_run_config
+
+REPO = Path(__file__).resolve().parents[5]
+QUICKSTART = REPO / "examples" / "quickstart"
+
+pytestmark = pytest.mark.slow
+
+
+def _config(tmp_path: Path, *, k: int, steps: int = 6, **changes: object) -> Path:
+    config = small_run_config(QUICKSTART, name="t", seed=1)
+    config |= {
+        "warm_start": {"steps": 3, "examples_per_step": 8},
+        "staleness": {"max_staleness": k, "pull_every": 1},
+        "trainer": {"total_steps": steps, "learning_rate": 1e-3},
+        "eval": {"every_steps": 3, "samples_per_prompt": 2, "ks": [1, 2], "max_prompts": 8},
+        "checkpoint": {"every_steps": 2},
+    }
+    for key, value in changes.items():
+        section, field = key.split("__")
+        config[section][field] = value
+    path = tmp_path / f"run-k{k}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _train(config: Path, run_dir: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlax_core.cli", "train", str(config), "--run-dir", str(run_dir),
+         "--no-progress", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _finish(process: subprocess.Popen, timeout: float = 900) -> None:
+    _out, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, f"exit {process.returncode}\n{err[-4000:]}"
+
+
+def _kill_after_step(process: subprocess.Popen, run_dir: Path, step: int) -> None:
+    """SIGKILLs the run as soon as it has logged ``step`` (so, in the middle of the next)."""
+    deadline = time.monotonic() + 900
+    metrics = run_dir / "metrics.jsonl"
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the run ended before step {step}: {process.stderr.read()[-3000:]}")
+        if metrics.exists() and any(row["step"] >= step for row in read_metrics(run_dir)):
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+            return
+        time.sleep(0.05)
+    pytest.fail("the run never reached the step to kill it at")
+
+
+def _final_params(run_dir: Path) -> dict[str, np.ndarray]:
+    with SafetensorsReader(run_dir / "final" / "model.safetensors") as reader:
+        return {name: np.array(reader.array(name)) for name in reader.entries}
+
+
+def _trained_ids(run_dir: Path, step: int) -> list[str]:
+    meta = run_dir / "checkpoints" / str(step) / "meta" / "metadata"  # Orbax's JSON item
+    return json.loads(meta.read_text())["controller"]["trained_ids"]
+
+
+def test_a_run_leaves_a_complete_run_directory(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _finish(_train(_config(tmp_path, k=1), run_dir))
+    assert (run_dir / "config.yaml").exists()
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["staleness"]["max_staleness"] == 1
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()) == [
+        "4",
+        "6",
+    ]
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run_dir / "final" / "config.json").exists() and (
+        run_dir / "final" / "tokenizer.json"
+    ).exists()
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(7))
+    assert "eval/pass@1" in rows[0] and "eval/pass@2" in rows[0]  # the first evaluation: RL step 0
+    for row in rows[1:]:
+        for key in ("policy_version", "reward/mean", "staleness/max", "staleness/dropped",
+                    "logprob_gap/max", "throughput/samples_per_s", "time/step_s", "loss/total",
+                    "clip/fraction", "entropy/mean", "grad_norm", "is_weight/mean"):  # fmt: skip
+            assert key in row, key
+        assert row["staleness/max"] <= 1
+        assert row["logprob_gap/max"] < 1e-5
+    assert [r["step"] for r in rows if "eval/pass@1" in r] == [0, 3, 6]
+    plot = subprocess.run(
+        [sys.executable, "-m", "rlax_core.cli", "plot", str(run_dir)],
+        capture_output=True,
+        text=True,
+    )
+    assert plot.returncode == 0, plot.stderr
+    assert (run_dir / "plots" / "reward.png").stat().st_size > 10_000
+
+
+def test_sigkill_and_resume_equal_an_uninterrupted_run(tmp_path: Path) -> None:
+    """k = 0, one worker: the resumed run's parameters equal the uninterrupted run's."""
+    config = _config(tmp_path, k=0)
+    _finish(_train(config, tmp_path / "straight"))
+    killed = tmp_path / "killed"
+    _kill_after_step(_train(config, killed), killed, step=3)  # checkpoint at 2, killed in 4
+    _finish(_train(config, killed, "--resume"))
+    straight, resumed = _final_params(tmp_path / "straight"), _final_params(killed)
+    assert straight.keys() == resumed.keys()
+    for name in straight:
+        np.testing.assert_allclose(resumed[name], straight[name], rtol=0, atol=1e-6, err_msg=name)
+    rows = read_metrics(killed)
+    assert [r["step"] for r in rows] == list(range(7))  # every step once, none lost
+    assert _trained_ids(killed, 6) == _trained_ids(tmp_path / "straight", 6)
+
+
+def test_sigkill_and_resume_keep_the_accounting_when_asynchronous(tmp_path: Path) -> None:
+    """k = 2: no step lost, no rollout trained twice, staleness never above k."""
+    config = _config(tmp_path, k=2, steps=8)
+    run_dir = tmp_path / "run"
+    _kill_after_step(_train(config, run_dir), run_dir, step=5)
+    _finish(_train(config, run_dir, "--resume"))
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(9))
+    assert max(r["staleness/max"] for r in rows[1:]) <= 2
+    trained = _trained_ids(run_dir, 8)
+    assert len(trained) == len(set(trained)) == 8 * 4
+    assert rows[-1]["groups/trained"] == 8 * 4
+
+
+def test_resuming_needs_the_flag_and_the_same_config(tmp_path: Path) -> None:
+    config = _config(tmp_path, k=0, steps=2)
+    run_dir = tmp_path / "run"
+    _finish(_train(config, run_dir))
+    again = _train(config, run_dir)
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 2 and "pass --resume" in err
+    changed = _config(tmp_path, k=0, steps=2, rollout__max_new_tokens=6)
+    resumed = _train(changed, run_dir, "--resume")
+    _, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 2 and "rollout.max_new_tokens" in err

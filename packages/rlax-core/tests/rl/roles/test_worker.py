@@ -1,0 +1,59 @@
+"""The inference worker, against the real in-process store and queues."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from rlax_core.config.sections import RolloutSection, StalenessSection
+from rlax_core.contracts.verifier import Judge
+from rlax_core.models import QwenConfig, flat_params, init_model
+from rlax_core.models.tokenizer import Tokenizer
+from rlax_core.rl.roles.worker import InferenceWorker
+from rlax_core.transport.inproc import InProcTransport
+from rlax_core.types import PromptGroup, RolloutGroup
+from rlax_core.types.verdict import Verdict, VerdictStatus
+
+TOKENIZER = Path(__file__).resolve().parents[5] / "examples" / "quickstart" / "tokenizer"
+
+
+class _LengthJudge(Judge):
+    """Rewards completions of at least two characters."""
+
+    def judge(self, problems, completions):
+        return [
+            Verdict(status=VerdictStatus.AC if len(c) > 1 else VerdictStatus.WA,
+                    reward=float(len(c) > 1))
+            for c in completions
+        ]  # fmt: skip
+
+
+@pytest.mark.parametrize("checked", [0, 1, 3])
+def test_the_worker_rescores_the_configured_groups_of_each_batch(checked: int) -> None:
+    tokenizer = Tokenizer.from_dir(TOKENIZER)
+    model = init_model(QwenConfig.tiny(vocab_size=tokenizer.vocab_size))
+    transport = InProcTransport()
+    transport.parameter_store().publish(0, {n: a for n, a in flat_params(model).items()})
+    prompts, rollouts = transport.queue("prompts"), transport.queue("rollouts")
+    for i in range(3):
+        group = PromptGroup(group_id=f"g{i}", prompt_id=f"p{i}", prompt_tokens=(5, 6, 7 + i),
+                            samples_per_prompt=2)  # fmt: skip
+        prompts.put(group.group_id, group.to_bytes())
+    worker = InferenceWorker(
+        "w", model=model, tokenizer=tokenizer, judge=_LengthJudge(),
+        store=transport.parameter_store(), prompts=prompts, rollouts=rollouts,
+        rollout=RolloutSection(max_new_tokens=4, groups_per_batch=3,
+                               logprob_check_groups=checked),
+        staleness=StalenessSection(), seed=0, stop_token_ids=(),
+    )  # fmt: skip
+    assert worker.step(threading.Event())
+    results = {}
+    while (lease := rollouts.get(30.0, timeout=0)) is not None:
+        group = RolloutGroup.from_bytes(lease.payload)
+        results[group.group_id] = group.logprob_gap
+    assert sorted(results) == ["g0", "g1", "g2"]
+    gaps = [results[f"g{i}"] for i in range(3)]
+    assert all(g is not None and g < 1e-5 for g in gaps[:checked])  # fp32: sampler = forward
+    assert gaps[checked:] == [None] * (3 - checked)
