@@ -1,11 +1,12 @@
 """Measures the peak resident memory of loading a checkpoint, in a fresh process.
 
-    python benchmarks/_load_memory.py CHECKPOINT_DIR {rlax|naive}
+    python -m benchmarks._load_memory CHECKPOINT_DIR {rlax|naive}   # from the repository root
 
 Prints JSON: the checkpoint's bytes, RSS before loading, and the peak RSS while loading
 (the kernel's high-water mark, reset just before the load). ``naive`` is the baseline a
 loader without file mapping gets: read every tensor into host memory, then place it.
-Used by the `checkpoint` benchmark suite and by tests/models/test_load_memory.py.
+Used, through :func:`measure`, by the `checkpoint` benchmark suite and by rlax-core's
+tests/models/test_load_memory.py.
 """
 
 from __future__ import annotations
@@ -13,6 +14,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+from benchmarks import run_module
+
+
+def measure(path: Path, mode: str) -> dict[str, int]:
+    """Loads the checkpoint in a fresh interpreter (``mode`` rlax or naive); its JSON answer.
+
+    A process boundary, not an import: the peak resident memory must be this load's alone.
+    """
+    result = run_module(
+        sys.executable, __name__, path, mode, capture_output=True, text=True, timeout=600,
+        check=True,
+    )  # fmt: skip
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def _status(field: str) -> int:

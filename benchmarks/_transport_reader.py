@@ -1,6 +1,6 @@
 """One weight reader of the transport benchmark, in a process of its own.
 
-    python benchmarks/_transport_reader.py {nats|grpc|socket} CONFIG_JSON
+    python -m benchmarks._transport_reader {nats|grpc|socket} CONFIG_JSON  # from the root
 
 Readers are inference workers, and every deployment runs each in its own process: the
 benchmark starts its concurrent readers as processes, so that they do not share one

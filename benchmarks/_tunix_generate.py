@@ -1,6 +1,6 @@
 """Times Tunix's sampler on a checkpoint, in the side venv from scripts/lib/tunix-venv.sh.
 
-    python benchmarks/_tunix_generate.py CHECKPOINT JOB.json OUT.json
+    python -m benchmarks._tunix_generate CHECKPOINT JOB.json OUT.json  # from the repository root
 
 The checkpoint is loaded with ``tunix.models.qwen2.params.create_model_from_safe_tensors``;
 prompts are token ids, passed through a tokenizer that reads ids written as text.
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from _tunix_model import model_config
 from tunix.generate import sampler as sampler_lib
 from tunix.models.qwen2 import params as params_lib
+
+from benchmarks._tunix_model import model_config
 
 
 class IdTokenizer:

@@ -1,6 +1,6 @@
 """Times Tunix's GRPO learner, in the side venv from scripts/lib/tunix-venv.sh.
 
-    python benchmarks/_tunix_grpo.py CHECKPOINT JOB.json OUT.json
+    python -m benchmarks._tunix_grpo CHECKPOINT JOB.json OUT.json  # from the repository root
 
 One ``GRPOLearner`` over an ``RLCluster`` with the vanilla rollout engine; actor and
 rollout share one plain ``jax.sharding.Mesh`` on the CPU devices (``jax.make_mesh``
@@ -26,12 +26,13 @@ from pathlib import Path
 import jax
 import numpy as np
 import optax
-from _tunix_model import model_config
 from transformers import AutoTokenizer
 from tunix.models.qwen2 import params as params_lib
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.grpo import grpo_learner
 from tunix.rl.rollout import base_rollout
+
+from benchmarks._tunix_model import model_config
 
 
 def exact_match(prompts: list[str], completions: list[str], answer: list[str], **_) -> list[float]:

@@ -1,29 +1,22 @@
 """Checkpoint loading: peak resident memory of load_pretrained beside a host-copy loader.
 
-Each loader runs in a fresh process (benchmarks/_load_memory.py) on the same random
+Each loader runs in a fresh process (benchmarks._load_memory) on the same random
 checkpoint; the figure is the growth of resident memory while loading, in multiples of
 the checkpoint's size (lower is better; the target is under 1.5×).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks import _load_memory
 from rlax_core.bench import Bench
 from rlax_core.models import QwenConfig, init_model, save_pretrained
 
-PROBE = Path(__file__).with_name("_load_memory.py")
-
 
 def _growth(path: Path, mode: str) -> float:
-    out = subprocess.run(
-        [sys.executable, PROBE, path, mode], capture_output=True, text=True, check=True
-    ).stdout
-    result = json.loads(out.strip().splitlines()[-1])
+    result = _load_memory.measure(path, mode)
     return (result["peak"] - result["rss_before"]) / result["checkpoint_bytes"]
 
 

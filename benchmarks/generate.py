@@ -28,19 +28,22 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from benchmarks import _hf_reference, run_module
 from rlax_core.bench import Bench
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.models import Qwen, QwenConfig, init_model, load_pretrained, save_pretrained
 
 REPO = Path(__file__).resolve().parents[1]
-HF_SCRIPT = REPO / "packages" / "rlax-core" / "tests" / "models" / "hf_reference.py"
-TUNIX_SCRIPT = REPO / "benchmarks" / "_tunix_generate.py"
+# Tunix is installed only in its side venv, so this interpreter cannot import the module:
+# it is named, and run there.
+TUNIX_MODULE = "benchmarks._tunix_generate"
 
 CONFIGS = {
     "tiny": QwenConfig.tiny(),
@@ -206,13 +209,14 @@ def _record_weight_reads(bench: Bench, label: str, model: Qwen, batch: int,
 
 
 def _side_engine(
-    python: Path, script: Path, command: list[str], checkpoint: Path, job: dict
+    python: Path, module: ModuleType | str, command: list[str], checkpoint: Path, job: dict
 ) -> dict:
+    """Runs a helper module in a side venv (``python -m``): a process boundary, not an import."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "job.json").write_text(json.dumps(job))
-        subprocess.run(
-            [python, script, *command, checkpoint, work / "job.json", work / "out.json"],
+        run_module(
+            python, module, *command, checkpoint, work / "job.json", work / "out.json",
             check=True, capture_output=True, text=True, timeout=3600,
         )  # fmt: skip
         return json.loads((work / "out.json").read_text())
@@ -264,9 +268,9 @@ def run(bench: Bench) -> None:
                 before = _rlax(model, prompts, new_tokens, repeats)
                 hf = tunix = None
                 if torch_python is not None:
-                    hf = _side_engine(torch_python, HF_SCRIPT, ["generate"], checkpoint, job)
+                    hf = _side_engine(torch_python, _hf_reference, ["generate"], checkpoint, job)
                 if tunix_python is not None:
-                    tunix = _side_engine(tunix_python, TUNIX_SCRIPT, [], checkpoint, job)
+                    tunix = _side_engine(tunix_python, TUNIX_MODULE, [], checkpoint, job)
                 naive = _naive(model, prompts, new_tokens, repeats)
                 after = _rlax(model, prompts, new_tokens, repeats)
                 ours = ((before[0] + after[0]) / 2, (before[1] + after[1]) / 2)

@@ -21,7 +21,7 @@ Tunix (full mode; side venv from scripts/lib/tunix-venv.sh): ``GRPOLearner`` wit
 the same order), batch shape, sampling temperature, stop tokens, reward (exact match),
 clip range, token-mean loss, AdamW and learning rate; its step time is set beside
 RLAX's synchronous (k = 0) step time and its k = 1 step time (the quickstart's
-setting). See benchmarks/_tunix_grpo.py.
+setting). See benchmarks._tunix_grpo.
 
 Runs are repeated in ``ROUNDS`` rounds (k = 0, 1, 2, Tunix, then again), so a busy
 moment of a shared machine does not land on one side only; figures pool the rounds.
@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks import run_module
 from rlax_core.bench import Bench
 from rlax_core.config.loading import validate_run_config
 from rlax_core.models import save_pretrained
@@ -49,7 +50,9 @@ from rlax_core.run_dir.metrics import read_metrics
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 QUICKSTART = EXAMPLES / "quickstart.yaml"
-TUNIX_SCRIPT = REPO / "benchmarks" / "_tunix_grpo.py"
+# Tunix is installed only in its side venv, so this interpreter cannot import the module:
+# it is named, and run there.
+TUNIX_MODULE = "benchmarks._tunix_grpo"
 
 DISCARDED_STEPS = 10
 STEPS = 50
@@ -170,10 +173,13 @@ def tunix_job(config: Any, steps: int) -> dict[str, Any]:
 
 
 def run_tunix(python: Path, checkpoint: Path, job: dict[str, Any], work: Path) -> dict:
-    """Runs benchmarks/_tunix_grpo.py in the Tunix venv; its step times."""
+    """Runs benchmarks._tunix_grpo in the Tunix venv; its step times.
+
+    ``python -m`` in a side venv: a process boundary, not an import.
+    """
     (work / "job.json").write_text(json.dumps(job))
-    result = subprocess.run(
-        [python, TUNIX_SCRIPT, checkpoint, work / "job.json", work / "out.json"],
+    result = run_module(
+        python, TUNIX_MODULE, checkpoint, work / "job.json", work / "out.json",
         capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
     if result.returncode != 0:

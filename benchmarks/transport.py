@@ -7,10 +7,10 @@ socket on loopback, measured in the same run. Then queue throughput (rollouts/s 
 4 KB and 256 KB items) beside the in-process queue, and the NATS object store against
 the chunked streams RLAX uses. One more NATS row has no RLAX code in it: core messages
 (no JetStream) relayed by nats-server from a bare publisher to a bare subscriber
-(benchmarks/_nats_relay.py), beside the socket: the server's own cost per byte.
+(benchmarks._nats_relay), beside the socket: the server's own cost per byte.
 
 NATS and gRPC readers, and the socket readers they are compared with, each run in a
-process of their own (benchmarks/_transport_reader.py), as inference workers do: reader
+process of their own (benchmarks._transport_reader), as inference workers do: reader
 threads of one process would share one interpreter lock, which measures the harness.
 The in-process store's readers are threads, and so are its socket readers.
 """
@@ -18,7 +18,6 @@ The in-process store's readers are threads, and so are its socket readers.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import socket
 import statistics
@@ -33,22 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import ROOT, _nats_relay, _transport_reader, module_command
 from rlax_core.bench import Bench
 from rlax_core.transport.inproc import InProcParameterStore, InProcQueue
 
 READERS = 4
 SOCKET = "plain TCP socket, loopback"
-READER_SCRIPT = Path(__file__).resolve().parent / "_transport_reader.py"
-
-
-def _sibling(name: str) -> Any:
-    """A helper module of benchmarks/ (not a package), e.g. ``_transport_reader``."""
-    path = Path(__file__).resolve().parent / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"rlax_benchmarks.{name}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _parameter_set(total_bytes: int) -> dict[str, np.ndarray]:
@@ -145,7 +134,7 @@ class _Readers:
 
     Args:
         readers: in-process readers (``fetch(version)``, ``wait_for_newer(than)``), or
-            None to start ``count`` reader processes (benchmarks/_transport_reader.py).
+            None to start ``count`` reader processes (benchmarks._transport_reader).
         kind, config_json: the process readers' transport and its settings.
     """
 
@@ -154,10 +143,11 @@ class _Readers:
         self._local = readers
         self._procs: list[subprocess.Popen[str]] = []
         if readers is None:
+            # A process boundary, not an import: each reader is a python of its own.
             for _ in range(count):
                 self._procs.append(subprocess.Popen(
-                    [sys.executable, str(READER_SCRIPT), kind, config_json],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                    module_command(sys.executable, _transport_reader, kind, config_json),
+                    cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                 ))  # fmt: skip
             for proc in self._procs:
                 self._reply(proc)
@@ -263,7 +253,7 @@ def _bench_weights(bench: Bench, name: str, publisher: Any, readers: _Readers,
 
 def _bench_nats_relay(bench: Bench, url: str, base: _SocketBaseline, chunk: int) -> None:
     """Core messages relayed by nats-server to one reader (no RLAX code), beside the socket."""
-    relay = _sibling("_nats_relay").relay
+    relay = _nats_relay.relay
     into = np.ones_like(base.buffer)  # touched: no page faults while timed
     conn = base.connect()
     pairs = []
@@ -358,14 +348,18 @@ def run(bench: Bench) -> None:
         grpc_server = ServeProcess(Path(tmp) / "grpc", keep_versions=2)
         nats_server.start()
         grpc_server.start()
-        local = _sibling("_transport_reader")
         socket_json = json.dumps({"port": base.port, "nbytes": base.buffer.nbytes})
         socket_readers = None
         try:
             inproc = InProcParameterStore(keep_last=2)
-            in_threads = _Readers([local._StoreReader(inproc.client()) for _ in range(READERS)])
+            in_threads = _Readers(
+                [_transport_reader._StoreReader(inproc.client()) for _ in range(READERS)]
+            )
             socket_threads = _Readers(
-                [local._SocketReader(base.port, base.buffer.nbytes) for _ in range(READERS)]
+                [
+                    _transport_reader._SocketReader(base.port, base.buffer.nbytes)
+                    for _ in range(READERS)
+                ]
             )
             _bench_weights(bench, "inproc", inproc, in_threads, base, socket_threads, params, [0])
             in_threads.close()

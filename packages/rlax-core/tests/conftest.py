@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-REFERENCE_SCRIPT = Path(__file__).parent / "models" / "hf_reference.py"
-TORCH_VENV_SCRIPT = REPO / "scripts" / "lib" / "torch-venv.sh"
+from benchmarks import ROOT, _hf_reference, run_module
+
+TORCH_VENV_SCRIPT = ROOT / "scripts" / "lib" / "torch-venv.sh"
 
 
 @pytest.fixture(scope="session")
@@ -26,27 +26,26 @@ def torch_python() -> Path:
 
 @pytest.fixture(scope="session")
 def run_reference(torch_python: Path) -> Callable[..., str]:
-    """Runs hf_reference.py in the torch venv; fails the test with its stderr on error."""
+    """Runs benchmarks._hf_reference in the torch venv; fails the test with its stderr on error."""
     return lambda *args: _run_reference(torch_python, *args)
 
 
 def _run_reference(torch_python: Path, *args: str | Path) -> str:
-    result = subprocess.run(
-        [torch_python, REFERENCE_SCRIPT, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    # A process boundary, not an import: torch lives only in the side venv.
+    result = run_module(
+        torch_python, _hf_reference, *args, capture_output=True, text=True, timeout=600
     )
     if result.returncode != 0:
-        pytest.fail(f"hf_reference.py {args[0]} failed:\n{result.stderr[-3000:]}")
+        pytest.fail(f"{_hf_reference.__name__} {args[0]} failed:\n{result.stderr[-3000:]}")
     return result.stdout
 
 
 @pytest.fixture(scope="session")
 def hf_reference(torch_python: Path) -> Path:
     """Tiny random HF checkpoints with their reference outputs, cached by script content."""
-    digest = hashlib.sha256(REFERENCE_SCRIPT.read_bytes() + TORCH_VENV_SCRIPT.read_bytes())
-    out = REPO / ".cache" / "hf-reference" / digest.hexdigest()[:16]
+    reference = Path(_hf_reference.__file__).read_bytes()
+    digest = hashlib.sha256(reference + TORCH_VENV_SCRIPT.read_bytes())
+    out = ROOT / ".cache" / "hf-reference" / digest.hexdigest()[:16]
     if not (out / "COMPLETE").exists():
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)

@@ -27,6 +27,7 @@ def run(bench):
 def bench_dir(tmp_path: Path) -> Path:
     folder = tmp_path / "benchmarks"
     folder.mkdir()
+    (folder / "__init__.py").write_text("")  # a suites folder is a package
     (folder / "toy.py").write_text(SUITE)
     return folder
 

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks import _load_memory
 from rlax_core.models import QwenConfig, init_model, save_pretrained
-
-PROBE = Path(__file__).resolve().parents[4] / "benchmarks" / "_load_memory.py"
 
 pytestmark = pytest.mark.slow
 
@@ -28,15 +24,8 @@ def big_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _measure(path: Path, mode: str) -> dict:
-    result = subprocess.run(
-        [sys.executable, PROBE, path, mode], capture_output=True, text=True, timeout=600, check=True
-    )
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def test_peak_memory_stays_under_one_and_a_half_checkpoints(big_checkpoint: Path) -> None:
-    ours = _measure(big_checkpoint, "rlax")
+    ours = _load_memory.measure(big_checkpoint, "rlax")  # in a fresh process
     growth = (ours["peak"] - ours["rss_before"]) / ours["checkpoint_bytes"]
     assert ours["checkpoint_bytes"] > 300 << 20
     assert growth < 1.5, f"peak grew by {growth:.2f}× the checkpoint"

@@ -1,8 +1,10 @@
 """The benchmark runner behind ``rlax bench SUITE``.
 
-A suite is a Python file ``benchmarks/<suite>.py`` with a ``run(bench)`` function. Every
-figure it reports stands beside a baseline measured in the same run, and the report
-gives their ratio: shared machines are noisy, so only same-run ratios compare.
+A suite is a module ``benchmarks/<suite>.py`` with a ``run(bench)`` function, imported as
+``benchmarks.<suite>`` (the folder is a package; its ``_``-prefixed modules are helpers,
+not suites). Every figure it reports stands beside a baseline measured in the same run,
+and the report gives their ratio: shared machines are noisy, so only same-run ratios
+compare.
 """
 
 from rlax_core.bench.measure import Bench, Comparison

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
+import importlib
 import json
 import os
 import platform
@@ -59,7 +59,7 @@ def run_suite(
         raise ConfigError(
             f"no benchmark suite {name!r} in {folder}; suites: {', '.join(suites) or 'none'}"
         )
-    module = _load(folder / f"{name}.py")
+    module = _import_suite(folder, name)
     bench = Bench(quick=quick)
     started = dt.datetime.now(dt.UTC)
     module.run(bench)
@@ -80,14 +80,41 @@ def run_suite(
     return bench, out
 
 
-def _load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"rlax_benchmarks.{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def _import_suite(folder: Path, name: str) -> ModuleType:
+    """Imports suite ``name`` as ``<package>.<name>``, the benchmarks folder being the package.
+
+    The folder's parent goes first on ``sys.path``, so the suite and the helper modules it
+    imports (``from benchmarks import _tunix_model``) are ordinary modules of one package.
+    A package of the same name imported before from another folder (another checkout, a
+    test's own suites) is forgotten first, so the folder asked for is the one imported.
+    """
+    folder = folder.resolve()
+    package = folder.name
+    if not package.isidentifier() or not (folder / "__init__.py").is_file():
+        raise ConfigError(
+            f"benchmarks folder {folder} is not a Python package: it needs an __init__.py "
+            "and a name that is a Python identifier"
+        )
+    loaded = sys.modules.get(package)
+    if loaded is not None and not _is_package_of(loaded, folder):
+        for key in [k for k in sys.modules if k == package or k.startswith(f"{package}.")]:
+            del sys.modules[key]
+    root = str(folder.parent)
+    if sys.path[:1] != [root]:
+        while root in sys.path:
+            sys.path.remove(root)
+        sys.path.insert(0, root)
+    importlib.invalidate_caches()
+    module = importlib.import_module(f"{package}.{name}")
+    if not _is_package_of(sys.modules[package], folder):
+        raise ConfigError(f"importing {package} found {sys.modules[package]!r}, not {folder}")
     if not callable(getattr(module, "run", None)):
-        raise ConfigError(f"benchmark suite {path} has no run(bench) function")
+        raise ConfigError(f"benchmark suite {folder / name}.py has no run(bench) function")
     return module
+
+
+def _is_package_of(module: ModuleType, folder: Path) -> bool:
+    return any(Path(p).resolve() == folder for p in getattr(module, "__path__", ()))
 
 
 def _first_docstring_line(path: Path) -> str:

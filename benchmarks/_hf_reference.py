@@ -1,12 +1,24 @@
 """Reference outputs from Hugging Face transformers, run in the side torch venv.
 
-Not a test module: the parity tests run it with the python of .cache/torch-venv
-(scripts/lib/torch-venv.sh), because torch stays out of the workspace lock.
+Not a test module and not a suite: the parity tests (packages/rlax-core/tests/models,
+through the ``hf_reference`` fixture of rlax-core's conftest) and the generate suite run
+it with the python of .cache/torch-venv (scripts/lib/torch-venv.sh), because torch stays
+out of the workspace lock. From the repository root:
 
-    python hf_reference.py build OUT_DIR          # tiny random checkpoints + outputs
-    python hf_reference.py logits CKPT TOKENS.npy OUT.npy
-    python hf_reference.py tokenize TOK_DIR STRINGS.json OUT.json
-    python hf_reference.py generate CKPT JOB.json OUT.json   # timing for the benchmark
+    python -m benchmarks._hf_reference build OUT_DIR  # tiny random checkpoints, outputs
+    python -m benchmarks._hf_reference logits CKPT TOKENS.npy OUT.npy
+    python -m benchmarks._hf_reference tokenize TOK_DIR STRINGS.json OUT.json
+    python -m benchmarks._hf_reference generate CKPT JOB.json OUT.json  # generate suite
+
+It lives in the ``benchmarks`` package rather than in ``rlax_core.testing``: the torch
+venv has no RLAX installed, so ``rlax_core.testing`` (whose package also imports pytest)
+cannot be imported there, while the ``benchmarks`` package's ``__init__`` imports only
+the standard library, so ``python -m`` runs this module there; and the published
+rlax-core should not carry a torch-only module that only this repository's tests and
+benchmarks use. The tests and the generate suite both import it normally (``from
+benchmarks import _hf_reference``) and start it with :func:`benchmarks.run_module`, a
+process boundary. torch and transformers are imported inside the functions that use
+them, so the workspace's python, which has neither, can import this module too.
 """
 
 from __future__ import annotations
@@ -15,10 +27,12 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import transformers
+
+if TYPE_CHECKING:
+    import transformers
 
 VOCAB = 384
 
@@ -40,6 +54,9 @@ CONFIGS = {
 
 
 def make_model(model_type: str, overrides: dict, seed: int) -> transformers.PreTrainedModel:
+    import torch
+    import transformers
+
     config_cls = {"qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[model_type]
     fields = dict(vocab_size=VOCAB, intermediate_size=96, num_hidden_layers=2,
                   max_position_embeddings=512, rms_norm_eps=1e-6)  # fmt: skip
@@ -69,6 +86,8 @@ def inputs(seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def forward(model, tokens: np.ndarray, valid=None, positions=None) -> tuple:
+    import torch
+
     kwargs = {"output_hidden_states": True}
     if valid is not None:
         kwargs["attention_mask"] = torch.tensor(valid.astype(np.int64))
@@ -80,6 +99,9 @@ def forward(model, tokens: np.ndarray, valid=None, positions=None) -> tuple:
 
 
 def build(out_dir: Path) -> None:
+    import torch
+    import transformers
+
     data = inputs()
     for i, (name, (model_type, overrides)) in enumerate(CONFIGS.items()):
         model = make_model(model_type, overrides, seed=i)
@@ -96,6 +118,8 @@ def build(out_dir: Path) -> None:
 
 
 def logits(checkpoint: Path, tokens_path: Path, out_path: Path) -> None:
+    import transformers
+
     model = transformers.AutoModelForCausalLM.from_pretrained(
         checkpoint, attn_implementation="eager"
     )
@@ -104,6 +128,8 @@ def logits(checkpoint: Path, tokens_path: Path, out_path: Path) -> None:
 
 
 def tokenize(tok_dir: Path, strings_path: Path, out_path: Path) -> None:
+    import transformers
+
     tokenizer = transformers.AutoTokenizer.from_pretrained(tok_dir)
     strings = json.loads(strings_path.read_text())
     result = {
@@ -135,6 +161,9 @@ def tokenize(tok_dir: Path, strings_path: Path, out_path: Path) -> None:
 
 def generate(checkpoint: Path, job_path: Path, out_path: Path) -> None:
     """Times transformers' generate: prefill (1 new token) and decode tokens/s."""
+    import torch
+    import transformers
+
     job = json.loads(job_path.read_text())
     torch.set_num_threads(job.get("threads", torch.get_num_threads()))
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint).eval()
