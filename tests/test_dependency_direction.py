@@ -1,4 +1,5 @@
-"""Plugins depend on core; core knows no plugin; plugins never import each other."""
+"""Plugins depend on core's contracts and kit only; core knows no plugin; plugins never import
+each other."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rlax_core.kit import PUBLIC_MODULES
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = sorted(p for p in (REPO / "packages").iterdir() if (p / "pyproject.toml").exists())
 PLUGIN_MODULES = ("rlax_transport_nats", "rlax_transport_grpc", "rlax_verifiers", "rlax_launchers")
@@ -15,7 +18,8 @@ PLUGIN_MODULES = ("rlax_transport_nats", "rlax_transport_grpc", "rlax_verifiers"
 CORE_FORBIDDEN = (*PLUGIN_MODULES, "nats", "grpc", "docker", "boto3", "botocore", "kubernetes")
 
 
-def _imports(package_dir: Path) -> dict[str, set[str]]:
+def _imported_modules(package_dir: Path, root: Path = REPO) -> dict[str, set[str]]:
+    """Every module the package's source imports (full dotted name) → the files that do."""
     found: dict[str, set[str]] = {}
     for path in (package_dir / "src").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -23,11 +27,27 @@ def _imports(package_dir: Path) -> dict[str, set[str]]:
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module]
+                if node.module == "rlax_core":  # from rlax_core import x: x may be a module
+                    names = [f"rlax_core.{alias.name}" for alias in node.names]
             else:
                 continue
             for name in names:
-                found.setdefault(name.split(".")[0], set()).add(str(path.relative_to(REPO)))
+                found.setdefault(name, set()).add(str(path.relative_to(root)))
     return found
+
+
+def _imports(package_dir: Path) -> dict[str, set[str]]:
+    """Every top-level package the package's source imports → the files that do."""
+    found: dict[str, set[str]] = {}
+    for name, files in _imported_modules(package_dir).items():
+        found.setdefault(name.split(".")[0], set()).update(files)
+    return found
+
+
+def _in_kit(module: str) -> bool:
+    if module in ("rlax_core", "rlax_core.__version__"):
+        return True
+    return any(module == m or module.startswith(f"{m}.") for m in PUBLIC_MODULES)
 
 
 def test_the_workspace_has_the_five_packages() -> None:
@@ -54,6 +74,35 @@ def test_plugins_import_no_other_plugin(package: Path) -> None:
         name: files for name, files in imports.items() if name in PLUGIN_MODULES and name != own
     }
     assert others == {}
+
+
+@pytest.mark.parametrize("package", [p for p in PACKAGES if p.name != "rlax-core"], ids=str)
+def test_plugins_import_only_the_contracts_and_the_kit_of_core(package: Path) -> None:
+    outside = {
+        module: files
+        for module, files in _imported_modules(package).items()
+        if module.split(".")[0] == "rlax_core" and not _in_kit(module)
+    }
+    assert outside == {}, (
+        "plugins may import from rlax-core only the modules in rlax_core.kit.PUBLIC_MODULES; "
+        "export what they need from a module of rlax_core.kit"
+    )
+
+
+def test_the_kit_check_catches_a_module_outside_it(tmp_path: Path) -> None:
+    source = tmp_path / "src" / "plugin"
+    source.mkdir(parents=True)
+    (source / "a.py").write_text(
+        "from rlax_core.kit.transport import prepare_version\n"
+        "from rlax_core.rl.roles.worker import InferenceWorker\n"
+        "from rlax_core import errors, __version__\n"
+        "import rlax_core.cli.main\n"
+    )
+    modules = _imported_modules(tmp_path, root=tmp_path)
+    assert sorted(m for m in modules if not _in_kit(m)) == [
+        "rlax_core.cli.main",
+        "rlax_core.rl.roles.worker",
+    ]
 
 
 @pytest.mark.parametrize("package", [p for p in PACKAGES if p.name != "rlax-core"], ids=str)

@@ -18,9 +18,8 @@ import pytest
 
 from rlax_core.cli.main import main
 from rlax_core.cli.preempt_cmd import preempt
-from rlax_core.cli.status_cmd import collect
 from rlax_core.errors import RlaxError
-from rlax_core.run_dir.process_table import pid_alive, read_events, read_table
+from rlax_core.kit.launcher import collect_status, pid_alive, read_events, read_table
 from rlax_launchers.local.config import LocalLauncherConfig
 from rlax_launchers.local.supervised import SupervisedProcess
 from rlax_launchers.local.supervisor import Supervisor
@@ -135,7 +134,7 @@ def test_preempt_reclaims_a_worker_and_the_launcher_restarts_it(tmp_path: Path) 
         assert preempt(run_dir, "w0", grace_s=10) == "exited within the grace period"
         assert preempt(run_dir, "w1", grace_s=0.5) == "killed after the 0.5 s grace period"
         _wait(lambda: _running(run_dir, "w0", restarts=1) and _running(run_dir, "w1", 1))
-        rows = {row.name: row for row in collect(run_dir)[0]}
+        rows = {row.name: row for row in collect_status(run_dir)[0]}
         assert (rows["w0"].preemptions, rows["w0"].crashes, rows["w0"].alive) == (1, 0, True)
         assert (rows["w1"].preemptions, rows["w1"].crashes) == (1, 0)
     finally:

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from rlax_core.transport.inproc import InProcQueue
+from rlax_core.kit.transport import InProcQueue, LeaseTable
 from rlax_transport_grpc import queue_journal
 from rlax_transport_grpc.queue_journal import FileQueueJournal
 
 
 def _queue(path: Path, max_deliveries: int | None = None) -> tuple[InProcQueue, FileQueueJournal]:
     journal = FileQueueJournal(path, max_deliveries)
-    queue = InProcQueue("q", max_deliveries=max_deliveries, journal=journal)
-    queue.restore(*journal.state())
-    return queue, journal
+    table = LeaseTable("q", max_deliveries=max_deliveries, journal=journal)
+    table.restore(*journal.state())
+    return InProcQueue.of(table), journal
 
 
 def test_a_restarted_queue_has_its_items_deliveries_and_done_ids(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rlax_core.tensors import IncomingChecksum
+from rlax_core.kit.transport import IncomingChecksum
 
 TICKET_BYTES = 16
 TICKET_TTL_S = 60.0

@@ -26,7 +26,7 @@ from rlax_core.errors import (
     VersionConflictError,
     VersionNotFoundError,
 )
-from rlax_core.transport.host_memory import reuse_transfer_buffers
+from rlax_core.kit.transport import reuse_transfer_buffers
 from rlax_transport_grpc.config import GrpcTransportConfig
 from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
 from rlax_transport_grpc.proto import rlax_transport_pb2_grpc as pb_grpc

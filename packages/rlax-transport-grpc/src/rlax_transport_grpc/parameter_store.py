@@ -29,8 +29,14 @@ from rlax_core.errors import (
     VersionConflictError,
     VersionNotFoundError,
 )
-from rlax_core.tensors import IncomingChecksum, as_host_array, manifest_checksum, tensor_checksums
-from rlax_core.types.policy import PolicyVersion, TensorInfo
+from rlax_core.kit.transport import (
+    IncomingChecksum,
+    VersionWatch,
+    fetch_destinations,
+    prepare_version,
+    verify_received,
+)
+from rlax_core.types.policy import PolicyVersion
 from rlax_transport_grpc import bulk, wire
 from rlax_transport_grpc.channel import GrpcChannel, chunk_frames
 from rlax_transport_grpc.config import GrpcTransportConfig
@@ -51,11 +57,10 @@ class GrpcParameterStore(ParameterStore):
         self._ch = channel
         self._owns = owns_channel
         self._chunk_bytes = channel.config.chunk_mb << 20
-        self._closed = False
-        self._changed = threading.Condition()
-        self._newest_seen = -1
+        self._heard = VersionWatch()  # the newest version heard of; the closed flag
         self._watch: Any = None
         self._watcher: threading.Thread | None = None
+        self._watcher_lock = threading.Lock()
         self._bulk_retry_at = 0.0  # monotonic time before which fetches stream
         self.fetch_route: str | None = None  # "bulk" or "stream": how the last fetch came
 
@@ -71,30 +76,9 @@ class GrpcParameterStore(ParameterStore):
         metadata: Mapping[str, Any] | None = None,
     ) -> PolicyVersion:
         self._check_open()
-        if not isinstance(version, int) or version < 0:
-            raise ValueError(f"version must be a non-negative int, got {version!r}")
-        if not params:
-            raise ValueError("a policy version needs at least one tensor; params is empty")
-        arrays: dict[str, np.ndarray] = {}
-        for name, value in params.items():
-            if not isinstance(name, str) or not name:
-                raise TypeError(f"parameter names must be non-empty strings, got {name!r}")
-            arrays[name] = as_host_array(name, value)
-        digests = tensor_checksums(arrays)
-        tensors = tuple(
-            TensorInfo(
-                name=n, dtype=a.dtype.name, shape=a.shape, nbytes=a.nbytes, checksum=digests[n]
-            )
-            for n, a in arrays.items()
-        )
-        info = PolicyVersion(
-            version=version,
-            tensors=tensors,
-            metadata=dict(metadata or {}),
-            created_at=time.time(),
-            checksum=manifest_checksum([(t.name, t.dtype, t.shape, t.checksum) for t in tensors]),
-        )
-        views = [memoryview(a.reshape(-1).view(np.uint8)) for a in arrays.values()]
+        prepared = prepare_version(version, params, metadata)
+        info = prepared.info
+        views = [memoryview(a.reshape(-1).view(np.uint8)) for a in prepared.arrays.values()]
 
         def frames() -> Iterator[bytes]:
             yield wire.encode_manifest_frame(info.to_bytes())
@@ -141,14 +125,8 @@ class GrpcParameterStore(ParameterStore):
     ) -> FetchedParameters:
         self._check_open()
         info = self._manifest(version)
-        wanted = list(info.names if names is None else names)
-        missing = [n for n in wanted if n not in info.names]
-        if missing:
-            raise KeyError(
-                f"version {info.version} has no tensor(s) {missing}; it has {info.names}"
-            )
-        destinations = {n: _destination(info.tensor(n), (out or {}).get(n)) for n in wanted}
-        request = pb.FetchRequest(version=info.version, names=wanted)
+        destinations = fetch_destinations(info, names, out)
+        request = pb.FetchRequest(version=info.version, names=list(destinations))
 
         checksums: dict[str, IncomingChecksum] = {}
 
@@ -184,38 +162,23 @@ class GrpcParameterStore(ParameterStore):
         else:
             self._ch.call(f"fetch of version {info.version}", attempt)
             self.fetch_route = "stream"
-        for name, array in destinations.items():
-            if checksums[name].hexdigest(array) != info.tensor(name).checksum:
-                raise ChecksumMismatchError(
-                    f"tensor {name!r} of version {info.version} does not match its checksum; "
-                    f"the bytes from the parameter server at {self._ch.address} are corrupted"
-                )
+        source = f"the parameter server at {self._ch.address}"
+        verify_received(info, destinations, checksums, source)
         return FetchedParameters(version=info, arrays=destinations)
 
     def wait_for_newer(self, than: int | None, timeout: float | None) -> PolicyVersion | None:
         self._check_open()
-        floor = -1 if than is None else than
-        deadline = None if timeout is None else time.monotonic() + timeout
         self._ensure_watching()
         latest = self.latest()
-        with self._changed:
-            if latest is not None:
-                self._newest_seen = max(self._newest_seen, latest.version)
-            while self._newest_seen <= floor:
-                self._check_open()
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return None
-                self._changed.wait(remaining)
-            self._check_open()
+        if latest is not None:
+            self._heard.heard(latest.version)
+        if not self._heard.wait_newer(than, timeout, self._check_open):
+            return None
         return self.latest()
 
     def close(self) -> None:
-        with self._changed:
-            if self._closed:
-                return
-            self._closed = True
-            self._changed.notify_all()
+        if not self._heard.close():
+            return
         if self._watch is not None:
             self._watch.cancel()
         if self._owns:
@@ -279,7 +242,7 @@ class GrpcParameterStore(ParameterStore):
         return None if ca_file is None else ssl.create_default_context(cafile=str(ca_file))
 
     def _ensure_watching(self) -> None:
-        with self._changed:
+        with self._watcher_lock:
             if self._watcher is None:
                 self._watcher = threading.Thread(
                     target=self._watch_loop, name="rlax-grpc-watch", daemon=True
@@ -288,42 +251,25 @@ class GrpcParameterStore(ParameterStore):
 
     def _watch_loop(self) -> None:
         """Follows the server's version stream; re-opens it after a disconnect."""
-        while not self._closed:
+        while not self._heard.closed:
             try:
                 self._watch = self._ch.params.WatchVersions(
-                    pb.VersionRequest(version=self._newest_seen), metadata=self._ch.metadata
+                    pb.VersionRequest(version=self._heard.newest), metadata=self._ch.metadata
                 )
                 for manifest in self._watch:
                     version = PolicyVersion.from_bytes(manifest.policy_json).version
-                    with self._changed:
-                        if version > self._newest_seen:
-                            self._newest_seen = version
-                            self._changed.notify_all()
+                    self._heard.heard(version)
             except (grpc.RpcError, ValueError):
                 pass
-            if not self._closed:
+            if not self._heard.closed:
                 time.sleep(0.2)  # the server is restarting: try again shortly
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._heard.closed:
             raise TransportClosedError(
                 f"this client of the parameter server at {self._ch.address} is closed"
             )
         self._ch.check_open()
-
-
-def _destination(tensor: TensorInfo, given: np.ndarray | None) -> np.ndarray:
-    dtype = np.dtype(tensor.dtype)
-    if given is None:
-        return np.empty(tensor.shape, dtype)
-    if given.dtype != dtype or tuple(given.shape) != tuple(tensor.shape):
-        raise ValueError(
-            f"out[{tensor.name!r}] is {given.dtype}{list(given.shape)}, but the tensor is "
-            f"{dtype}{list(tensor.shape)}"
-        )
-    if not given.flags.c_contiguous or not given.flags.writeable:
-        raise ValueError(f"out[{tensor.name!r}] must be a writable C-contiguous array")
-    return given
 
 
 __all__ = ["GrpcParameterStore"]

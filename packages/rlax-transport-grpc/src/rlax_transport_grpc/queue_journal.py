@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlax_core.transport.inproc import QueueJournal
+from rlax_core.kit.transport import QueueJournal
 
 _HEAD = struct.Struct("<cII")
 _COMPACT_FLOOR = 64 << 20
@@ -57,7 +57,7 @@ class FileQueueJournal(QueueJournal):
         self._size = os.fstat(self._fd).st_size
 
     def state(self) -> tuple[list[tuple[str, bytes, int]], list[str], int]:
-        """``(items, done ids, dead count)`` for :meth:`InProcQueue.restore`."""
+        """``(items, done ids, dead count)`` for :meth:`LeaseTable.restore`."""
         with self.path.open("rb") as data:
             items = []
             for item_id, live in self._live.items():

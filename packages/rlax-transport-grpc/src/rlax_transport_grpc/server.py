@@ -20,7 +20,7 @@ import grpc
 
 from rlax_core.contracts.transport import TransportServer
 from rlax_core.errors import RlaxError
-from rlax_core.transport.host_memory import reuse_transfer_buffers
+from rlax_core.kit.transport import reuse_transfer_buffers
 from rlax_transport_grpc import wire
 from rlax_transport_grpc.bulk import BulkSender
 from rlax_transport_grpc.config import GrpcTransportConfig

@@ -1,10 +1,11 @@
 """The gRPC parameter server's handlers, over rlax-core's in-process store and queues.
 
-The server's state is the same machinery the embedded transport uses:
-:class:`~rlax_core.transport.inproc.InProcParameterStore` (versions, retention,
-atomic visibility, waiting) holding memory maps of the version files, and one
-:class:`~rlax_core.transport.inproc.InProcQueue` per queue (leases, de-duplication,
-dead letters). Each namespace has its own store and queues.
+The server's state is the same machinery the embedded transport uses, from core's
+transport kit: an :class:`~rlax_core.kit.transport.InProcParameterStore` (versions,
+retention, atomic visibility, waiting) holding memory maps of the version files, and a
+:class:`~rlax_core.kit.transport.LeaseTable` per queue (leases, de-duplication, dead
+letters) recording its changes in a file journal. Each namespace has its own store and
+queues.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import grpc
 
 from rlax_core.contracts.parameter_store import FetchedParameters
 from rlax_core.errors import LeaseExpiredError, TransportClosedError, VersionNotFoundError
-from rlax_core.transport.inproc import InProcParameterStore, InProcQueue
+from rlax_core.kit.transport import InProcParameterStore, InProcQueue, LeaseTable
 from rlax_core.types.lease import Lease
 from rlax_core.types.policy import PolicyVersion
 from rlax_transport_grpc import wire
@@ -77,14 +78,14 @@ class Namespace:
                     max_deliveries = max_deliveries or self.config.max_deliveries
                     settings.write_text(json.dumps({"max_deliveries": max_deliveries}))
                 journal = FileQueueJournal(folder / f"{name}.journal", max_deliveries)
-                queue = InProcQueue(
+                table = LeaseTable(
                     name,
                     dedupe_window_s=self.config.dedupe_window_s,
                     max_deliveries=max_deliveries,
                     journal=journal,
                 )
-                queue.restore(*journal.state())
-                self.queues[name] = queue
+                table.restore(*journal.state())
+                self.queues[name] = InProcQueue.of(table)
             return self.queues[name]
 
 

@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from rlax_core.testing import ParameterStoreHarness, QueueHarness
+from rlax_core.testing import ParameterStoreHarness, QueueHarness, RestartHarness
 from rlax_transport_grpc.config import GrpcTransportConfig
 from rlax_transport_grpc.parameter_store import GrpcParameterStore
 from rlax_transport_grpc.queue import GrpcQueue
@@ -141,3 +141,34 @@ class GrpcQueueHarness(QueueHarness):
 
     def open(self, name: str = "items", *, max_deliveries: int | None = None) -> GrpcQueue:
         return GrpcQueue.open(self.config, name, max_deliveries=max_deliveries)
+
+
+class GrpcRestartHarness(RestartHarness):
+    """A parameter server of its own, killed with SIGKILL and started on the same state.
+
+    The server journals its queues, so a lease live at the kill is ready again at once.
+
+    Args:
+        state_dir: the server's state folder (kept across the restart).
+    """
+
+    keep_last = 3
+    restores_leases = True
+
+    def __init__(self, state_dir: Path) -> None:
+        self.server = ServeProcess(state_dir, keep_versions=self.keep_last, chunk_mb=1)
+        self.server.start()
+        self.config = self.server.client_config(reconnect_timeout_s=30.0)
+
+    def open_store(self) -> GrpcParameterStore:
+        return GrpcParameterStore.open(self.config)
+
+    def open_queue(self, name: str) -> GrpcQueue:
+        return GrpcQueue.open(self.config, name)
+
+    def restart(self) -> None:
+        self.server.restart()  # SIGKILL, then a new process on the same state folder
+
+    def stop(self) -> None:
+        """Stops the server."""
+        self.server.stop()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlax_core.tensors import IncomingChecksum
+from rlax_core.kit.transport import IncomingChecksum
 from rlax_core.types.policy import PolicyVersion
 
 

@@ -41,8 +41,14 @@ from rlax_core.errors import (
     VersionConflictError,
     VersionNotFoundError,
 )
-from rlax_core.tensors import IncomingChecksum, as_host_array, manifest_checksum, tensor_checksums
-from rlax_core.types.policy import PolicyVersion, TensorInfo
+from rlax_core.kit.transport import (
+    IncomingChecksum,
+    VersionWatch,
+    fetch_destinations,
+    prepare_version,
+    verify_received,
+)
+from rlax_core.types.policy import PolicyVersion
 from rlax_transport_nats.bulk import BulkConnection, BulkUnavailableError, ChunkNotFoundError
 from rlax_transport_nats.config import NatsTransportConfig
 from rlax_transport_nats.connection import NatsConnection, api_error
@@ -88,9 +94,7 @@ class NatsParameterStore(ParameterStore):
         self._manifest_prefix = f"rlax.{ns}.params.manifest"
         max_payload = connection.nc.max_payload
         self._chunk_bytes = min(config.chunk_mb << 20, max_payload)
-        self._closed = False
-        self._changed = threading.Condition()
-        self._newest_seen = -1
+        self._heard = VersionWatch()  # the newest version heard of; the closed flag
         self._subscription: Any = None
         self._bulk_pool: list[BulkConnection] = []
         self._bulk_lock = threading.Lock()
@@ -121,29 +125,8 @@ class NatsParameterStore(ParameterStore):
         metadata: Mapping[str, Any] | None = None,
     ) -> PolicyVersion:
         self._check_open()
-        if not isinstance(version, int) or version < 0:
-            raise ValueError(f"version must be a non-negative int, got {version!r}")
-        if not params:
-            raise ValueError("a policy version needs at least one tensor; params is empty")
-        arrays: dict[str, np.ndarray] = {}
-        for name, value in params.items():
-            if not isinstance(name, str) or not name:
-                raise TypeError(f"parameter names must be non-empty strings, got {name!r}")
-            arrays[name] = as_host_array(name, value)
-        digests = tensor_checksums(arrays)
-        tensors = tuple(
-            TensorInfo(
-                name=n, dtype=a.dtype.name, shape=a.shape, nbytes=a.nbytes, checksum=digests[n]
-            )
-            for n, a in arrays.items()
-        )
-        info = PolicyVersion(
-            version=version,
-            tensors=tensors,
-            metadata=dict(metadata or {}),
-            created_at=time.time(),
-            checksum=manifest_checksum([(t.name, t.dtype, t.shape, t.checksum) for t in tensors]),
-        )
+        prepared = prepare_version(version, params, metadata)
+        info, arrays = prepared.info, prepared.arrays
         upload = secrets.token_hex(6)
         manifest = json.dumps(
             {
@@ -209,12 +192,9 @@ class NatsParameterStore(ParameterStore):
                 )
             version = versions[-1]
         info, chunk_bytes, upload = self._manifest(version)
-        wanted = list(info.names if names is None else names)
-        missing = [n for n in wanted if n not in info.names]
-        if missing:
-            raise KeyError(f"version {version} has no tensor(s) {missing}; it has {info.names}")
         index = {n: i for i, n in enumerate(info.names)}
-        destinations = {n: _destination(info.tensor(n), (out or {}).get(n)) for n in wanted}
+        destinations = fetch_destinations(info, names, out)
+        wanted = list(destinations)
         requests: list[tuple[str, memoryview]] = []
         owners: list[tuple[str, int]] = []
         for name in wanted:
@@ -249,37 +229,21 @@ class NatsParameterStore(ParameterStore):
                     f"chunk {chunk} of tensor {name!r} of version {version} holds {size} "
                     f"bytes, expected {len(view)} (truncated or damaged); fetch again"
                 )
-        for name, array in destinations.items():
-            if checksums[name].hexdigest(array) != info.tensor(name).checksum:
-                raise ChecksumMismatchError(
-                    f"tensor {name!r} of version {version} does not match its checksum; "
-                    f"the bytes stored on NATS at {self._conn.address} are corrupted"
-                )
+        verify_received(info, destinations, checksums, f"NATS at {self._conn.address}")
         return FetchedParameters(version=info, arrays=destinations)
 
     def wait_for_newer(self, than: int | None, timeout: float | None) -> PolicyVersion | None:
-        floor = -1 if than is None else than
-        deadline = None if timeout is None else time.monotonic() + timeout
         self._check_open()
         versions = self._versions()
-        with self._changed:
-            if versions:
-                self._newest_seen = max(self._newest_seen, versions[-1])
-            while self._newest_seen <= floor:
-                self._check_open()
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return None
-                self._changed.wait(remaining)
-            self._check_open()
+        if versions:
+            self._heard.heard(versions[-1])
+        if not self._heard.wait_newer(than, timeout, self._check_open):
+            return None
         return self.latest()
 
     def close(self) -> None:
-        with self._changed:
-            if self._closed:
-                return
-            self._closed = True
-            self._changed.notify_all()
+        if not self._heard.close():
+            return
         with self._bulk_lock:
             for bulk in self._bulk_pool:
                 bulk.close()
@@ -356,7 +320,7 @@ class NatsParameterStore(ParameterStore):
                     bulk.close()  # its stream position is unknown now
                 raise
             with self._bulk_lock:
-                if self._closed:
+                if self._heard.closed:
                     bulk.close()
                 else:
                     self._bulk_pool.append(bulk)
@@ -453,10 +417,7 @@ class NatsParameterStore(ParameterStore):
             version = int(message.subject.rsplit(".", 1)[1])
         except ValueError:
             return
-        with self._changed:
-            if version > self._newest_seen:
-                self._newest_seen = version
-                self._changed.notify_all()
+        self._heard.heard(version)
 
     def _call(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
         """Runs a JetStream call across reconnections; recreates streams the server lost.
@@ -483,13 +444,10 @@ class NatsParameterStore(ParameterStore):
     async def _catch_up(self) -> None:
         """After a reconnect: versions published while we were away wake waiters too."""
         newest, _ = await self._manifest_state()
-        with self._changed:
-            if newest > self._newest_seen:
-                self._newest_seen = newest
-                self._changed.notify_all()
+        self._heard.heard(newest)
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._heard.closed:
             raise TransportClosedError(
                 f"this client of the parameter store on NATS at {self._conn.address} is closed"
             )
@@ -518,17 +476,3 @@ def _chunk_count(nbytes: int, chunk_bytes: int) -> int:
     # Every tensor has at least one chunk message (empty tensors an empty one), so
     # "<version>.<upload>.0.0" marks every version that has data in the stream.
     return max(1, math.ceil(nbytes / chunk_bytes))
-
-
-def _destination(tensor: TensorInfo, given: np.ndarray | None) -> np.ndarray:
-    dtype = np.dtype(tensor.dtype)
-    if given is None:
-        return np.empty(tensor.shape, dtype)
-    if given.dtype != dtype or tuple(given.shape) != tuple(tensor.shape):
-        raise ValueError(
-            f"out[{tensor.name!r}] is {given.dtype}{list(given.shape)}, but the tensor is "
-            f"{dtype}{list(tensor.shape)}"
-        )
-    if not given.flags.c_contiguous or not given.flags.writeable:
-        raise ValueError(f"out[{tensor.name!r}] must be a writable C-contiguous array")
-    return given

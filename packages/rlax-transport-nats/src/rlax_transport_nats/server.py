@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlax_core.child_processes import signal_when_parent_dies
 from rlax_core.errors import RlaxError
+from rlax_core.kit.transport import signal_when_parent_dies
 
 _READY_LINE = "Server is ready"
 _START_TIMEOUT_S = 20.0

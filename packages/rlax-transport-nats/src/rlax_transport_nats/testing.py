@@ -7,12 +7,14 @@ For this package's tests and for any package that needs a NATS transport under t
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
-from rlax_core.testing import ParameterStoreHarness, QueueHarness
+from rlax_core.testing import ParameterStoreHarness, QueueHarness, RestartHarness
 from rlax_transport_nats.config import NatsTransportConfig
 from rlax_transport_nats.connection import NatsConnection
 from rlax_transport_nats.parameter_store import NatsParameterStore
 from rlax_transport_nats.queue import NatsQueue
+from rlax_transport_nats.server import NatsServerProcess
 
 
 def client_config(url: str, **settings: object) -> NatsTransportConfig:
@@ -83,3 +85,33 @@ class NatsQueueHarness(QueueHarness):
 
     def open(self, name: str = "items", *, max_deliveries: int | None = None) -> NatsQueue:
         return NatsQueue.open(self.config, name, max_deliveries=max_deliveries)
+
+
+class NatsRestartHarness(RestartHarness):
+    """A nats-server of its own on a file store, restarted with SIGTERM and started again.
+
+    Args:
+        store_dir: the JetStream store folder (kept across the restart).
+    """
+
+    keep_last = 3
+
+    def __init__(self, store_dir: Path) -> None:
+        self.server = NatsServerProcess(store_dir=store_dir)
+        self.server.start()
+        self.config = client_config(
+            self.server.url, reconnect_timeout_s=30.0, chunk_mb=1, keep_versions=self.keep_last
+        )
+
+    def open_store(self) -> NatsParameterStore:
+        return NatsParameterStore.open(self.config)
+
+    def open_queue(self, name: str) -> NatsQueue:
+        return NatsQueue.open(self.config, name)
+
+    def restart(self) -> None:
+        self.server.restart()
+
+    def stop(self) -> None:
+        """Stops the server."""
+        self.server.stop()

@@ -1,47 +1,19 @@
 """``rlax status RUN_DIR``: each process of a run, its policy version and its throughput.
 
-Two sources, both in the run directory: the local launcher's process table
-(``launcher.json``: pid, state, restarts) and the status file each process writes every
-few seconds (``status/<name>.json``: policy version, throughput, time of the update). A
-run started by other means (a cloud launcher, processes started by hand) has status
-files only; they are shown on their own.
+The rows come from :func:`rlax_core.run_dir.status.collect_status`; this module prints them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from rlax_core.errors import ConfigError
-from rlax_core.run_dir.process_table import TABLE_FILE, ProcessTable, pid_alive, read_table
-
-STATUS_DIR = "status"
-_NOT_PROCESSES = {"warm_start"}  # status files of a phase, not of a running process
-
-
-@dataclass
-class ProcessRow:
-    """One line of the status table."""
-
-    name: str
-    role: str
-    pid: int | None
-    alive: bool
-    state: str
-    restarts: int
-    crashes: int
-    preemptions: int
-    policy_version: int | None
-    step: int | None
-    throughput: dict[str, float]
-    updated_age_s: float | None
+from rlax_core.run_dir.process_table import pid_alive
+from rlax_core.run_dir.status import ProcessRow, collect_status
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -58,7 +30,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Prints the status table."""
-    rows, table = collect(args.run_dir)
+    rows, table = collect_status(args.run_dir)
     if args.json:
         print(json.dumps([row.__dict__ for row in rows], indent=1))
         return 0
@@ -68,72 +40,6 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"launcher pid {table.launcher_pid} ({alive})")
     console.print(render(rows))
     return 0
-
-
-def collect(run_dir: Path) -> tuple[list[ProcessRow], ProcessTable | None]:
-    """The rows of ``rlax status``: the launcher's processes, then other status files.
-
-    Raises:
-        ConfigError: no such directory, or it holds neither a process table nor status
-            files.
-    """
-    if not run_dir.is_dir():
-        raise ConfigError(f"no run directory {run_dir}: give the RUN_DIR of a run")
-    statuses = read_statuses(run_dir)
-    table = read_table(run_dir) if (run_dir / TABLE_FILE).exists() else None
-    if table is None and not statuses:
-        raise ConfigError(
-            f"{run_dir} holds no {TABLE_FILE} and no {STATUS_DIR}/*.json: no process of a "
-            "run has reported there (is it the run's --run-dir?)"
-        )
-    now = time.time()
-    rows = []
-    for entry in table.processes if table else ():
-        status = statuses.pop(entry.name, {})
-        alive = entry.state in ("starting", "running") and pid_alive(entry.pid)
-        rows.append(
-            _row(
-                entry.name,
-                entry.role,
-                entry.pid,
-                alive,
-                entry.state,
-                status,
-                now,
-                restarts=entry.restarts,
-                crashes=entry.crashes,
-                preemptions=entry.preemptions,
-            )
-        )
-    for name, status in sorted(statuses.items()):
-        pid = status.get("pid")
-        alive = pid_alive(pid)
-        rows.append(
-            _row(
-                name,
-                status.get("role", "?"),
-                pid,
-                alive,
-                "running" if alive else "unknown",
-                status,
-                now,
-            )
-        )
-    return rows, table
-
-
-def read_statuses(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """``status/<name>.json`` of every process, by name (unreadable files are skipped)."""
-    folder = run_dir / STATUS_DIR
-    statuses: dict[str, dict[str, Any]] = {}
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
-        if path.stem in _NOT_PROCESSES:
-            continue
-        try:
-            statuses[path.stem] = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue  # being replaced right now; the next call reads it
-    return statuses
 
 
 def render(rows: list[ProcessRow]) -> Table:
@@ -171,38 +77,6 @@ def render(rows: list[ProcessRow]) -> Table:
             "-" if row.updated_age_s is None else f"{row.updated_age_s:.0f} s ago",
         )
     return table
-
-
-def _row(
-    name: str,
-    role: str,
-    pid: int | None,
-    alive: bool,
-    state: str,
-    status: dict[str, Any],
-    now: float,
-    **counts: int,
-) -> ProcessRow:
-    updated = status.get("updated_at")
-    throughput = {
-        k: float(v)
-        for k, v in (status.get("throughput") or {}).items()
-        if isinstance(v, int | float)
-    }
-    return ProcessRow(
-        name=name,
-        role=role,
-        pid=pid,
-        alive=alive,
-        state=state,
-        restarts=counts.get("restarts", 0),
-        crashes=counts.get("crashes", 0),
-        preemptions=counts.get("preemptions", 0),
-        policy_version=status.get("policy_version"),
-        step=status.get("step"),
-        throughput=throughput,
-        updated_age_s=None if updated is None else max(0.0, now - float(updated)),
-    )
 
 
 def _text(value: object) -> str:

@@ -1,8 +1,8 @@
-"""Reusable contract test suites for ParameterStore and Queue implementations.
+"""Reusable contract test suites for ParameterStore, Queue and networked transports.
 
 Every transport, built-in or plugin, proves its guarantees by running the same suites
-against itself; each needs one fixture (``store_harness`` / ``queue_harness``). Requires
-pytest (``pip install rlax-core[testing]``).
+against itself; each needs one fixture (``store_harness`` / ``queue_harness`` /
+``restart_harness``). Requires pytest (``pip install rlax-core[testing]``).
 """
 
 from rlax_core.testing.parameter_store_contract import (
@@ -10,5 +10,13 @@ from rlax_core.testing.parameter_store_contract import (
     ParameterStoreHarness,
 )
 from rlax_core.testing.queue_contract import QueueContract, QueueHarness
+from rlax_core.testing.restart_contract import RestartContract, RestartHarness
 
-__all__ = ["ParameterStoreContract", "ParameterStoreHarness", "QueueContract", "QueueHarness"]
+__all__ = [
+    "ParameterStoreContract",
+    "ParameterStoreHarness",
+    "QueueContract",
+    "QueueHarness",
+    "RestartContract",
+    "RestartHarness",
+]

@@ -19,11 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlax_core.cli.status_cmd import collect
 from rlax_core.contracts import Launcher, ProcessStatus, RenderedArtifact
 from rlax_core.errors import ConfigError, RlaxError
+from rlax_core.kit.launcher import PREEMPTING_DIR, TABLE_FILE, collect_status, pid_alive, read_table
 from rlax_core.plugins.registry import BuildContext, Registry
-from rlax_core.run_dir.process_table import PREEMPTING_DIR, TABLE_FILE, pid_alive, read_table
 from rlax_launchers.local.config import LocalLauncherConfig
 from rlax_launchers.local.supervised import SupervisedProcess
 from rlax_launchers.local.supervisor import Supervisor
@@ -157,7 +156,7 @@ class LocalLauncher(Launcher):
 
     def status(self, run_dir: Path) -> list[ProcessStatus]:
         """The processes of the launcher's table, with their versions and rates."""
-        rows, _ = collect(run_dir)
+        rows, _ = collect_status(run_dir)
         return [
             ProcessStatus(
                 role=row.role if row.role in ("transport", "trainer", "worker") else "worker",

@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from rlax_core.child_processes import signal_when_parent_dies
-from rlax_core.run_dir.process_table import LOGS_DIR, ProcessEntry, ProcessState
+from rlax_core.kit.launcher import LOGS_DIR, ProcessEntry, ProcessState, signal_when_parent_dies
 
 Role = Literal["transport", "trainer", "worker"]
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from rlax_core.errors import RlaxError
-from rlax_core.run_dir.process_table import ProcessTable, append_event, take_preempting, write_table
+from rlax_core.kit.launcher import ProcessTable, append_event, take_preempting, write_table
 from rlax_launchers.local.config import LocalLauncherConfig
 from rlax_launchers.local.supervised import SupervisedProcess
 

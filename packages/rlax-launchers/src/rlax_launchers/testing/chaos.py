@@ -28,8 +28,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlax_core.run_dir.metrics import METRICS_FILE, read_metrics
-from rlax_core.run_dir.process_table import TABLE_FILE, pid_alive, read_events, read_table
+from rlax_core.kit.launcher import (
+    METRICS_FILE,
+    TABLE_FILE,
+    pid_alive,
+    read_events,
+    read_metrics,
+    read_table,
+)
 
 
 @dataclass

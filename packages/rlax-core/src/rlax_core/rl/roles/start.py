@@ -17,7 +17,8 @@ from rlax_core.plugins.manager import load_registry
 from rlax_core.rl.roles import components
 from rlax_core.rl.roles.trainer import TrainerRun
 from rlax_core.rl.roles.worker import InferenceWorker
-from rlax_core.run_dir.layout import default_run_dir, write_status
+from rlax_core.run_dir.layout import default_run_dir
+from rlax_core.run_dir.status import write_status
 
 STATUS_EVERY_S = 5.0
 

@@ -17,8 +17,14 @@ from rlax_core.errors import (
     VersionConflictError,
     VersionNotFoundError,
 )
-from rlax_core.tensors import as_host_array, manifest_checksum, tensor_checksum, tensor_checksums
-from rlax_core.types.policy import PolicyVersion, TensorInfo
+from rlax_core.tensors import tensor_checksum
+from rlax_core.transport.fetching import fetch_destination, wanted_names
+from rlax_core.transport.publishing import (
+    PreparedVersion,
+    check_version_number,
+    prepare_version,
+)
+from rlax_core.types.policy import PolicyVersion
 
 
 class _SharedVersions:
@@ -72,26 +78,11 @@ class InProcParameterStore(ParameterStore):
         metadata: Mapping[str, Any] | None = None,
     ) -> PolicyVersion:
         self._check_open()
-        if not isinstance(version, int) or version < 0:
-            raise ValueError(f"version must be a non-negative int, got {version!r}")
-        if not params:
-            raise ValueError("a policy version needs at least one tensor; params is empty")
-        with self._shared.changed:
-            if version <= self._shared.newest_ever:
-                raise VersionConflictError(
-                    f"cannot publish version {version}: version {self._shared.newest_ever} was "
-                    "already published and versions are never reused"
-                )
-        # Copy and hash outside the lock: readers of older versions are not held up.
-        arrays: dict[str, np.ndarray] = {}
-        for name, value in params.items():
-            if not isinstance(name, str) or not name:
-                raise TypeError(f"parameter names must be non-empty strings, got {name!r}")
-            host = as_host_array(name, value)
-            # Own the bytes: the caller may mutate its array or donate a JAX buffer later.
-            # A device-to-host transfer already produced a private copy; don't make two.
-            arrays[name] = host if host.flags.owndata and host is not value else host.copy()
-        return self._commit(version, arrays, metadata)
+        check_version_number(version)
+        self._check_new(version)  # before copying and hashing: a conflict costs nothing
+        # Copy and hash outside the lock: readers of older versions are not held up. The
+        # store keeps the arrays, so it owns them (the caller may reuse or donate its own).
+        return self._commit(prepare_version(version, params, metadata, own=True))
 
     def adopt(
         self,
@@ -116,49 +107,23 @@ class InProcParameterStore(ParameterStore):
             VersionConflictError, TypeError, ValueError: as :meth:`publish`.
         """
         self._check_open()
-        if not isinstance(version, int) or version < 0:
-            raise ValueError(f"version must be a non-negative int, got {version!r}")
-        if not arrays:
-            raise ValueError("a policy version needs at least one tensor; arrays is empty")
-        return self._commit(
-            version,
-            {name: as_host_array(name, a) for name, a in arrays.items()},
-            metadata,
-            checksums,
-        )
+        return self._commit(prepare_version(version, arrays, metadata, checksums=checksums))
 
     def newest_ever(self) -> int:
         """The highest version ever published to this store (-1: none)."""
         with self._shared.changed:
             return self._shared.newest_ever
 
-    def _commit(
-        self,
-        version: int,
-        arrays: dict[str, np.ndarray],
-        metadata: Mapping[str, Any] | None,
-        checksums: Mapping[str, str] | None = None,
-    ) -> PolicyVersion:
-        if checksums is not None and set(checksums) != set(arrays):
-            raise ValueError("checksums must name exactly the arrays")
-        digests = dict(checksums) if checksums is not None else tensor_checksums(arrays)
-        tensors = tuple(
-            TensorInfo(
-                name=name,
-                dtype=a.dtype.name,
-                shape=a.shape,
-                nbytes=a.nbytes,
-                checksum=digests[name],
-            )
-            for name, a in arrays.items()
-        )
-        info = PolicyVersion(
-            version=version,
-            tensors=tensors,
-            metadata=dict(metadata or {}),
-            created_at=time.time(),
-            checksum=manifest_checksum([(t.name, t.dtype, t.shape, t.checksum) for t in tensors]),
-        )
+    def _check_new(self, version: int) -> None:
+        with self._shared.changed:
+            if version <= self._shared.newest_ever:
+                raise VersionConflictError(
+                    f"cannot publish version {version}: version {self._shared.newest_ever} was "
+                    "already published and versions are never reused"
+                )
+
+    def _commit(self, prepared: PreparedVersion) -> PolicyVersion:
+        info, version = prepared.info, prepared.info.version
         with self._shared.changed:
             self._check_open()
             if version <= self._shared.newest_ever:  # another thread published meanwhile
@@ -166,7 +131,7 @@ class InProcParameterStore(ParameterStore):
                     f"cannot publish version {version}: version {self._shared.newest_ever} was "
                     "published concurrently"
                 )
-            self._shared.versions[version] = (info, arrays)
+            self._shared.versions[version] = (info, prepared.arrays)
             self._shared.newest_ever = version
             while len(self._shared.versions) > self._shared.keep_last:
                 self._shared.versions.popitem(last=False)
@@ -207,10 +172,7 @@ class InProcParameterStore(ParameterStore):
         info, stored = entry
         if info.expected_checksum() != info.checksum:
             raise ChecksumMismatchError(f"the manifest of version {version} is corrupted")
-        wanted = list(info.names if names is None else names)
-        missing = [n for n in wanted if n not in stored]
-        if missing:
-            raise KeyError(f"version {version} has no tensor(s) {missing}; it has {info.names}")
+        wanted = wanted_names(info, names)
         result: dict[str, np.ndarray] = {}
         for name in wanted:
             array = stored[name]
@@ -220,7 +182,8 @@ class InProcParameterStore(ParameterStore):
                     "the stored bytes are corrupted"
                 )
             if out is not None and name in out:
-                result[name] = _copy_into(out[name], array, name)
+                result[name] = fetch_destination(info.tensor(name), out[name])
+                np.copyto(result[name], array)
             else:
                 view = array.view()
                 view.flags.writeable = False
@@ -255,15 +218,3 @@ class InProcParameterStore(ParameterStore):
     def _check_open(self) -> None:
         if self._closed:
             raise TransportClosedError("the in-process parameter store is closed")
-
-
-def _copy_into(dest: np.ndarray, src: np.ndarray, name: str) -> np.ndarray:
-    if dest.dtype != src.dtype or dest.shape != src.shape:
-        raise ValueError(
-            f"out[{name!r}] is {dest.dtype}{list(dest.shape)}, but the tensor is "
-            f"{src.dtype}{list(src.shape)}"
-        )
-    if not dest.flags.c_contiguous or not dest.flags.writeable:
-        raise ValueError(f"out[{name!r}] must be a writable C-contiguous array")
-    np.copyto(dest, src)
-    return dest

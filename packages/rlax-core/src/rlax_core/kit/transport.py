@@ -1,0 +1,73 @@
+"""The transport kit: what a transport plugin builds on, besides the contracts.
+
+- Publishing: :func:`prepare_version` does what every ``publish`` starts with (checks
+  the arguments, makes host arrays, hashes them, builds the manifest).
+- Fetching: :func:`fetch_destinations` (the arrays a fetch fills, the caller's ``out``
+  where given), :func:`verify_received` (every tensor against its manifest checksum,
+  hashed as its bytes arrived with :class:`IncomingChecksum`), and the tensor helpers
+  of :mod:`rlax_core.tensors`.
+- Waiting for versions: :class:`VersionWatch` (the newest version a client heard of,
+  what ``wait_for_newer`` waits on).
+- :class:`LazyTransport`: one connection per process, the store and queues on it; a
+  plugin fills in how to connect.
+- Serving: :class:`InProcParameterStore` (versions in memory: retention, atomic
+  visibility, waiting; :meth:`~InProcParameterStore.adopt` takes arrays a server has
+  received) and :class:`LeaseTable` (a queue's leases, redelivery and
+  de-duplication, with an optional :class:`QueueJournal` to keep it across restarts),
+  with :class:`InProcQueue` clients of a table.
+- Processes: :func:`reuse_transfer_buffers` (malloc settings for processes that stream
+  weights through short-lived buffers), :func:`signal_when_parent_dies`.
+"""
+
+from rlax_core.child_processes import signal_when_parent_dies
+from rlax_core.tensors import (
+    CHECKSUM_ALGORITHM,
+    SUPPORTED_DTYPES,
+    IncomingChecksum,
+    as_host_array,
+    byte_view,
+    dtype_from_name,
+    manifest_checksum,
+    tensor_checksum,
+    tensor_checksums,
+)
+from rlax_core.transport.fetching import (
+    fetch_destination,
+    fetch_destinations,
+    verify_received,
+    wanted_names,
+)
+from rlax_core.transport.host_memory import reuse_transfer_buffers
+from rlax_core.transport.inproc.parameter_store import InProcParameterStore
+from rlax_core.transport.inproc.queue import InProcQueue
+from rlax_core.transport.lazy import LazyTransport
+from rlax_core.transport.lease_table import LeaseTable, QueueJournal
+from rlax_core.transport.publishing import PreparedVersion, check_version_number, prepare_version
+from rlax_core.transport.version_watch import VersionWatch
+
+__all__ = [
+    "CHECKSUM_ALGORITHM",
+    "SUPPORTED_DTYPES",
+    "InProcParameterStore",
+    "InProcQueue",
+    "IncomingChecksum",
+    "LazyTransport",
+    "LeaseTable",
+    "PreparedVersion",
+    "QueueJournal",
+    "VersionWatch",
+    "as_host_array",
+    "byte_view",
+    "check_version_number",
+    "dtype_from_name",
+    "fetch_destination",
+    "fetch_destinations",
+    "manifest_checksum",
+    "prepare_version",
+    "reuse_transfer_buffers",
+    "signal_when_parent_dies",
+    "tensor_checksum",
+    "tensor_checksums",
+    "verify_received",
+    "wanted_names",
+]

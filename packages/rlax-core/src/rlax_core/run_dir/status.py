@@ -1,0 +1,150 @@
+"""The status of a run's processes: each process's status file, and the rows `rlax status` shows.
+
+Two sources, both in the run directory: the local launcher's process table
+(``launcher.json``: pid, state, restarts; see :mod:`~rlax_core.run_dir.process_table`)
+and the status file each process writes every few seconds (``status/<name>.json``:
+role, policy version, throughput, time of the update). A run started by other means (a
+cloud launcher, processes started by hand) has status files only; they are shown on
+their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlax_core.errors import ConfigError
+from rlax_core.run_dir.process_table import TABLE_FILE, ProcessTable, pid_alive, read_table
+
+STATUS_DIR = "status"
+_NOT_PROCESSES = {"warm_start"}  # status files of a phase, not of a running process
+
+
+def write_status(run_dir: Path, name: str, fields: dict[str, Any]) -> None:
+    """Atomically writes ``status/<name>.json`` (read by `rlax status`)."""
+    folder = run_dir / STATUS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"name": name, "pid": os.getpid(), "updated_at": time.time(), **fields}
+    tmp = folder / f".{name}.json.tmp"
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, folder / f"{name}.json")
+
+
+@dataclass
+class ProcessRow:
+    """One line of the status table."""
+
+    name: str
+    role: str
+    pid: int | None
+    alive: bool
+    state: str
+    restarts: int
+    crashes: int
+    preemptions: int
+    policy_version: int | None
+    step: int | None
+    throughput: dict[str, float]
+    updated_age_s: float | None
+
+
+def collect_status(run_dir: Path) -> tuple[list[ProcessRow], ProcessTable | None]:
+    """The rows of ``rlax status``: the launcher's processes, then other status files.
+
+    Raises:
+        ConfigError: no such directory, or it holds neither a process table nor status
+            files.
+    """
+    if not run_dir.is_dir():
+        raise ConfigError(f"no run directory {run_dir}: give the RUN_DIR of a run")
+    statuses = read_statuses(run_dir)
+    table = read_table(run_dir) if (run_dir / TABLE_FILE).exists() else None
+    if table is None and not statuses:
+        raise ConfigError(
+            f"{run_dir} holds no {TABLE_FILE} and no {STATUS_DIR}/*.json: no process of a "
+            "run has reported there (is it the run's --run-dir?)"
+        )
+    now = time.time()
+    rows = []
+    for entry in table.processes if table else ():
+        status = statuses.pop(entry.name, {})
+        alive = entry.state in ("starting", "running") and pid_alive(entry.pid)
+        rows.append(
+            _row(
+                entry.name,
+                entry.role,
+                entry.pid,
+                alive,
+                entry.state,
+                status,
+                now,
+                restarts=entry.restarts,
+                crashes=entry.crashes,
+                preemptions=entry.preemptions,
+            )
+        )
+    for name, status in sorted(statuses.items()):
+        pid = status.get("pid")
+        alive = pid_alive(pid)
+        rows.append(
+            _row(
+                name,
+                status.get("role", "?"),
+                pid,
+                alive,
+                "running" if alive else "unknown",
+                status,
+                now,
+            )
+        )
+    return rows, table
+
+
+def read_statuses(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """``status/<name>.json`` of every process, by name (unreadable files are skipped)."""
+    folder = run_dir / STATUS_DIR
+    statuses: dict[str, dict[str, Any]] = {}
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+        if path.stem in _NOT_PROCESSES:
+            continue
+        try:
+            statuses[path.stem] = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # being replaced right now; the next call reads it
+    return statuses
+
+
+def _row(
+    name: str,
+    role: str,
+    pid: int | None,
+    alive: bool,
+    state: str,
+    status: dict[str, Any],
+    now: float,
+    **counts: int,
+) -> ProcessRow:
+    updated = status.get("updated_at")
+    throughput = {
+        k: float(v)
+        for k, v in (status.get("throughput") or {}).items()
+        if isinstance(v, int | float)
+    }
+    return ProcessRow(
+        name=name,
+        role=role,
+        pid=pid,
+        alive=alive,
+        state=state,
+        restarts=counts.get("restarts", 0),
+        crashes=counts.get("crashes", 0),
+        preemptions=counts.get("preemptions", 0),
+        policy_version=status.get("policy_version"),
+        step=status.get("step"),
+        throughput=throughput,
+        updated_age_s=None if updated is None else max(0.0, now - float(updated)),
+    )
