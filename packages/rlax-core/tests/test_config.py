@@ -76,6 +76,14 @@ def test_the_data_section_is_optional_and_fills_defaults(tmp_path: Path) -> None
     assert (data.eval.dataset_name, data.eval.limit, data.shuffle) == ("held-out", 50, True)
 
 
+def test_wandb_logging_is_off_unless_the_metrics_section_asks(tmp_path: Path) -> None:
+    assert validate_run_config({}).metrics.wandb is None
+    text = "metrics:\n  wandb: {project: rlax-runs, mode: offline, tags: [gsm8k]}\n"
+    wandb = load_run_config(_write(tmp_path, text)).metrics.wandb
+    assert (wandb.project, wandb.mode, wandb.tags) == ("rlax-runs", "offline", ["gsm8k"])
+    assert (wandb.entity, wandb.name, wandb.group) == (None, None, None)
+
+
 def test_check_prints_the_chosen_plugins(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = _write(tmp_path, VALID)
     assert main(["config", "check", str(path)]) == 0
@@ -198,6 +206,14 @@ BAD_CONFIGS = {
     "unknown dataset key": (
         "data:\n  train:\n    - path: a.jsonl\n      template: '{q}'\n",
         [":4: data.train.0.template: unknown key", "did you mean 'prompt_template'"],
+    ),
+    "wandb without a project": (
+        "metrics:\n  wandb: {mode: offline}\n",
+        ["metrics.wandb.project: required, but missing"],
+    ),
+    "bad wandb mode": (
+        "metrics:\n  wandb:\n    project: p\n    mode: cloud\n",
+        [":4: metrics.wandb.mode", "'online'", "got 'cloud'"],
     ),
     "clashing dataset names": (
         "data:\n  train:\n    - {path: a/x.jsonl, prompt_template: '{q}', answer_field: a}\n"

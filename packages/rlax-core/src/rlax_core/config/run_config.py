@@ -16,6 +16,7 @@ from rlax_core.config.sections import (
     CheckpointSection,
     DataSection,
     EvalSection,
+    MetricsSection,
     ModelSection,
     RolloutSection,
     RunSection,
@@ -61,6 +62,10 @@ class RunConfigBase(BaseModel):
     )
     warm_start: WarmStartSection = Field(
         default_factory=WarmStartSection, description="Supervised stage before RL."
+    )
+    metrics: MetricsSection = Field(
+        default_factory=MetricsSection,
+        description="Where the step metrics go besides metrics.jsonl and TensorBoard.",
     )
 
     @model_validator(mode="after")

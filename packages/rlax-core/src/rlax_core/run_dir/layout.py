@@ -24,9 +24,17 @@ import yaml
 from rlax_core.errors import ConfigError
 
 CONFIG_FILE = "config.yaml"
-# Settings a resumed run may change: schedules of evaluation and checkpoints, and the
-# step budget (to extend a run). Anything else would silently change what is trained.
-RESUMABLE_CHANGES = ("trainer.total_steps", "eval", "checkpoint", "run.run_dir", "launcher")
+# Settings a resumed run may change: schedules of evaluation and checkpoints, the step
+# budget (to extend a run), where metrics are logged. Anything else would silently
+# change what is trained.
+RESUMABLE_CHANGES = (
+    "trainer.total_steps",
+    "eval",
+    "checkpoint",
+    "run.run_dir",
+    "launcher",
+    "metrics",
+)
 
 
 def default_run_dir(config: Any) -> Path:

@@ -1,12 +1,14 @@
-"""The run's metrics: ``RUN_DIR/metrics.jsonl`` and TensorBoard event files.
+"""The run's metrics: ``RUN_DIR/metrics.jsonl``, TensorBoard event files, optionally W&B.
 
 Every step the loop calls :meth:`MetricsLog.write` once with that step's scalars. The
 step becomes one line of ``metrics.jsonl``, ``{"step": S, "time": unix_seconds, ...}``,
-and one event in ``RUN_DIR/tensorboard/``. JSON has no NaN, so a non-finite value is
-written as ``null`` (and left out of TensorBoard). Each line is flushed as it is
-written: a crash loses at most the line being written, which :func:`read_metrics` then
-ignores. A resumed run drops the lines written after its checkpoint, so the file never
-holds a step twice.
+one event in ``RUN_DIR/tensorboard/`` and, when the run config sets ``metrics.wandb``,
+one step of a Weights & Biases run. JSON has no NaN, so a non-finite value is written as
+``null`` (and left out of TensorBoard and W&B). Each line and TensorBoard event is
+flushed as it is written: a crash loses at most the line being written, which
+:func:`read_metrics` then ignores. A resumed run drops the lines written after its
+checkpoint, so the file never holds a step twice. ``metrics.jsonl`` is the source of
+truth; the others are views of it.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlax_core.errors import RlaxError
-from rlax_core.run_dir.tensorboard import EventFileWriter
+from rlax_core.run_dir.wandb_run import WandbRun, import_wandb  # imports wandb only if used
+
+if TYPE_CHECKING:
+    from rlax_core.config.sections.metrics import WandbSection
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -37,10 +42,11 @@ class MetricsFileError(RlaxError):
 
 class MetricsLog:
     """Appends one JSON object per step to RUN_DIR/metrics.jsonl and the same scalars to
-    TensorBoard event files under RUN_DIR/tensorboard/.
+    TensorBoard event files under RUN_DIR/tensorboard/ (and to W&B, if asked).
 
     Steps must increase from one :meth:`write` to the next (the file never holds a step
-    twice). Safe to call from several threads. Also a context manager.
+    twice). Safe to call from several threads. Also a context manager. One process of a
+    run writes its metrics (the trainer's leader), so only it reaches W&B.
 
     Args:
         run_dir: the run directory (made if missing).
@@ -49,19 +55,48 @@ class MetricsLog:
             crash) are dropped and the file rewritten atomically. TensorBoard gets a new
             event file that starts with a restart marker at S + 1, so TensorBoard drops
             the orphaned points of those steps too.
+        wandb: the run config's ``metrics.wandb`` section: also log each step to this
+            W&B run (None: no W&B, and wandb is not imported).
+        run_config: the resolved run config, recorded as the W&B run's config.
+
+    Raises:
+        ConfigError: ``wandb`` is given but wandb is not installed (before any file is
+            touched).
     """
 
-    def __init__(self, run_dir: str | Path, *, resume_from_step: int | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        resume_from_step: int | None = None,
+        wandb: WandbSection | None = None,
+        run_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if wandb is not None:
+            import_wandb()  # a missing extra fails here, not after the files are rewritten
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
         self.last_step: int | None = self._prepare_file(resume_from_step)
         self._lock = threading.Lock()
         self._closed = False
+        # Imported here: tensorboardX takes a second to import (it loads boto3 and
+        # google-cloud-storage when installed), which readers of metrics.jsonl
+        # (`rlax plot`, the launchers) need not pay.
+        from rlax_core.run_dir.tensorboard import EventFile
+
         self._file = self.path.open("a", encoding="utf-8")
-        self._events = EventFileWriter(self.run_dir / TENSORBOARD_DIR)
+        self._events = EventFile(self.run_dir / TENSORBOARD_DIR)
         if resume_from_step is not None:
             self._events.add_session_start(resume_from_step + 1, time.time())
+        self._wandb: WandbRun | None = None
+        if wandb is not None:
+            try:
+                self._wandb = WandbRun(wandb, self.run_dir, run_config=run_config)
+            except BaseException:
+                self._file.close()
+                self._events.close()
+                raise
 
     def _prepare_file(self, resume_from_step: int | None) -> int | None:
         """Drops a torn last line and, on resume, the lines past the checkpoint; the last step."""
@@ -80,7 +115,8 @@ class MetricsLog:
         return max((record["step"] for _, record in kept), default=None)
 
     def write(self, step: int, metrics: Mapping[str, float | int]) -> None:
-        """Writes one step's scalars as one JSON line (flushed) and one TensorBoard event.
+        """Writes one step's scalars as one JSON line (flushed), one TensorBoard event
+        (flushed) and, with W&B on, one W&B step.
 
         Args:
             step: the training step; greater than the step of the previous write.
@@ -122,16 +158,20 @@ class MetricsLog:
             self._file.write(line)
             self._file.flush()
             self._events.add_scalars(step, scalars, now)
-            self.last_step = step
+            self.last_step = step  # the line is written: W&B failing must not let it repeat
+            if self._wandb is not None:
+                self._wandb.log(step, scalars)
 
     def close(self) -> None:
-        """Closes the files; idempotent."""
+        """Closes the files and finishes the W&B run; idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             self._file.close()
             self._events.close()
+            if self._wandb is not None:
+                self._wandb.close()
 
     def __enter__(self) -> MetricsLog:
         return self

@@ -2,6 +2,7 @@
 
 from rlax_core.config.sections.base import Section
 from rlax_core.config.sections.data import DataSection, DatasetConfig, template_fields
+from rlax_core.config.sections.metrics import MetricsSection, WandbSection
 from rlax_core.config.sections.model import ModelSection
 from rlax_core.config.sections.rollout import RolloutSection, StalenessSection
 from rlax_core.config.sections.run import RunSection
@@ -15,12 +16,14 @@ __all__ = [
     "DatasetConfig",
     "EvalSection",
     "MeshSection",
+    "MetricsSection",
     "ModelSection",
     "RolloutSection",
     "RunSection",
     "Section",
     "StalenessSection",
     "TrainerSection",
+    "WandbSection",
     "WarmStartSection",
     "template_fields",
 ]

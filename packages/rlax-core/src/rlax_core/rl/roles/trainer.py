@@ -105,7 +105,12 @@ class TrainerRun:
                 staleness=config.staleness,
                 algorithm=config.algorithm,
             )
-            self.metrics = MetricsLog(run_dir, resume_from_step=resumed_from)
+            self.metrics = MetricsLog(
+                run_dir,
+                resume_from_step=resumed_from,
+                wandb=config.metrics.wandb,
+                run_config=config.model_dump(mode="json"),
+            )
         self.step = 0
         self.version = 0
         self._saved_step: int | None = None
