@@ -97,7 +97,7 @@ def _naive(
 
     @jax.jit
     def step(state, tokens, valid, index):
-        logits = nnx.merge(graphdef, state)(tokens, valid)
+        logits = nnx.merge(graphdef, state)(tokens, valid).logits
         token = jnp.argmax(jax.lax.dynamic_index_in_dim(logits, index - 1, 1, False), axis=-1)
         return tokens.at[:, index].set(token), valid.at[:, index].set(True)
 

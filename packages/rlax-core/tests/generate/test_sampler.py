@@ -36,7 +36,7 @@ _WIDTH = 32  # every teacher-forced batch is padded to this length: one compile
 
 @functools.partial(jax.jit, static_argnums=3)
 def _forward(state, tokens, valid, graphdef):
-    return nnx.merge(graphdef, state)(tokens, valid)
+    return nnx.merge(graphdef, state)(tokens, valid).logits
 
 
 def _logits(model, sequences: list[list[int]]) -> list[np.ndarray]:

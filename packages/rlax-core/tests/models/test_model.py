@@ -18,7 +18,7 @@ from rlax_core.models.qwen.decode_attention import BLOCK as DECODE_BLOCK
 def test_decoding_with_a_cache_equals_the_full_forward(architecture: str, slots: int) -> None:
     model = init_model(QwenConfig.tiny(architecture), seed=0)
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, 512, (2, 9)), jnp.int32)
-    full = nnx.jit(lambda m, t: m(t))(model, tokens)
+    full = nnx.jit(lambda m, t: m(t).logits)(model, tokens)
     step = nnx.jit(
         lambda m, t, p, cache, i, valid: m(
             t, positions=p, cache=cache, cache_index=i, cache_valid=valid
@@ -26,12 +26,14 @@ def test_decoding_with_a_cache_equals_the_full_forward(architecture: str, slots:
     )
     cache = model.init_cache(2, slots)  # the larger one decodes in blocks of the cache
     valid = jnp.zeros((2, slots), bool).at[:, :5].set(True)
-    logits, cache = step(model, tokens[:, :5], jnp.arange(5)[None].repeat(2, 0), cache, 0, valid)
-    steps = [logits[:, -1]]
+    out = step(model, tokens[:, :5], jnp.arange(5)[None].repeat(2, 0), cache, 0, valid)
+    assert out.hidden_states is None
+    steps, cache = [out.logits[:, -1]], out.cache
     for i in range(5, 9):
         valid = valid.at[:, i].set(True)
-        logits, cache = step(model, tokens[:, i : i + 1], jnp.full((2, 1), i), cache, i, valid)
-        steps.append(logits[:, 0])
+        out = step(model, tokens[:, i : i + 1], jnp.full((2, 1), i), cache, i, valid)
+        steps.append(out.logits[:, 0])
+        cache = out.cache
     np.testing.assert_allclose(np.stack(steps[:-1], 1), np.asarray(full[:, 4:8]), atol=1e-5)
 
 
@@ -39,8 +41,8 @@ def test_logits_at_given_positions_equal_the_full_forward() -> None:
     model = init_model(QwenConfig.tiny(), seed=0)
     tokens = jnp.asarray(np.random.default_rng(1).integers(0, 512, (3, 10)), jnp.int32)
     positions = jnp.asarray([[0, 4, 9], [5, 6, 7], [9, 9, 2]], jnp.int32)
-    full = np.asarray(model(tokens))
-    some = np.asarray(model(tokens, logits_at=positions))
+    full = np.asarray(model(tokens).logits)
+    some = np.asarray(model(tokens, logits_at=positions).logits)
     assert some.shape == (3, 3, 512)
     expected = np.take_along_axis(full, np.asarray(positions)[..., None], axis=1)
     np.testing.assert_allclose(some, expected, rtol=1e-6, atol=1e-6)
@@ -53,7 +55,7 @@ def test_remat_changes_memory_not_gradients() -> None:
         model = init_model(QwenConfig.tiny(remat=remat), seed=0)
 
         def loss(m: Qwen) -> jax.Array:
-            return jax.nn.log_softmax(m(tokens))[..., 0].mean()
+            return jax.nn.log_softmax(m(tokens).logits)[..., 0].mean()
 
         return flat_params(nnx.jit(nnx.grad(loss))(model))
 
@@ -69,7 +71,9 @@ def test_remat_changes_memory_not_gradients() -> None:
 def test_bfloat16_parameters_and_activations() -> None:
     model = init_model(QwenConfig.tiny(param_dtype="bfloat16", dtype="bfloat16"), seed=0)
     assert {a.dtype for a in flat_params(model).values()} == {jnp.dtype(jnp.bfloat16)}
-    logits = nnx.jit(lambda m, t: m(t))(model, jnp.ones((1, 4), jnp.int32))
+    out = nnx.jit(lambda m, t: m(t))(model, jnp.ones((1, 4), jnp.int32))
+    assert out.cache is None and out.hidden_states is None  # None fields survive jit
+    logits = out.logits
     assert logits.dtype == jnp.float32  # logits always come back in fp32
     assert bool(jnp.isfinite(logits).all())
 

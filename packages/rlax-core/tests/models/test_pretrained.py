@@ -51,7 +51,7 @@ def test_transformers_loads_what_we_save(run_reference, tmp_path: Path) -> None:
         np.save(tmp_path / "tokens.npy", tokens)
         run_reference("logits", out, tmp_path / "tokens.npy", tmp_path / "hf.npy")
         theirs = np.load(tmp_path / "hf.npy")
-        ours = np.asarray(model(jnp.asarray(tokens)))
+        ours = np.asarray(model(jnp.asarray(tokens)).logits)
         assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max()
 
 

@@ -25,7 +25,9 @@ def relative_error(ours: np.ndarray, reference: np.ndarray) -> float:
 def test_logits_and_every_layer_match_transformers(hf_reference: Path, name: str) -> None:
     reference = np.load(hf_reference / name / "reference.npz")
     model = load_pretrained(hf_reference / name)
-    logits, hidden = model(jnp.asarray(reference["tokens"]), return_hidden_states=True)
+    out = model(jnp.asarray(reference["tokens"]), return_hidden_states=True)
+    logits, hidden = out.logits, out.hidden_states
+    assert out.cache is None
     assert logits.shape == (*reference["tokens"].shape, 384)
     assert logits.dtype == jnp.float32
     assert relative_error(logits, reference["logits"]) < FP32_TOLERANCE
@@ -38,7 +40,9 @@ def test_logits_and_every_layer_match_transformers(hf_reference: Path, name: str
 def test_left_padded_batches_match_transformers(hf_reference: Path, name: str) -> None:
     reference = np.load(hf_reference / name / "reference.npz")
     model = load_pretrained(hf_reference / name)
-    logits = np.asarray(model(jnp.asarray(reference["padded"]), jnp.asarray(reference["valid"])))
+    logits = np.asarray(
+        model(jnp.asarray(reference["padded"]), jnp.asarray(reference["valid"])).logits
+    )
     valid = reference["valid"]
     assert relative_error(logits[valid], reference["padded_logits"][valid]) < FP32_TOLERANCE
 
@@ -47,7 +51,7 @@ def test_sharded_checkpoints_load(hf_reference: Path) -> None:
     reference = np.load(hf_reference / "qwen2_untied_mha" / "reference.npz")
     assert (hf_reference / "qwen2_untied_mha_sharded" / "model.safetensors.index.json").exists()
     model = load_pretrained(hf_reference / "qwen2_untied_mha_sharded")
-    logits = model(jnp.asarray(reference["tokens"]))
+    logits = model(jnp.asarray(reference["tokens"])).logits
     assert relative_error(logits, reference["logits"]) < FP32_TOLERANCE
 
 
@@ -56,5 +60,5 @@ def test_bfloat16_stays_within_its_documented_tolerance(hf_reference: Path, name
     reference = np.load(hf_reference / name / "reference.npz")
     model = load_pretrained(hf_reference / name, param_dtype="bfloat16")
     assert model.model.embed_tokens.weight[...].dtype == jnp.bfloat16
-    logits = model(jnp.asarray(reference["tokens"]))
+    logits = model(jnp.asarray(reference["tokens"])).logits
     assert relative_error(logits, reference["bf16_logits"]) < BF16_TOLERANCE

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
+from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlax_core.generate.buckets import buckets_up_to
 from rlax_core.generate.next_token import SamplingParams, choose
 from rlax_core.models.logprobs import teacher_forced_logprobs
 from rlax_core.models.params import with_params
-from rlax_core.models.qwen import Qwen
+from rlax_core.models.qwen import KVCache, Qwen
 from rlax_core.models.sharding import BATCH, batch_divisor, batch_sharding
 
 PROMPT_BUCKETS = buckets_up_to(32768)  # 8, 10, 12, 14, 16, 20, … 32768 tokens
@@ -45,6 +45,40 @@ class Completions:
     behaviour_logprobs: list[list[float]]
     policy_logprobs: list[list[float]]
     finish_reasons: list[str]
+
+
+@struct.dataclass
+class _SamplingState:
+    """The decode loop's carry: what has been sampled so far and what the next step needs.
+
+    Attributes:
+        step: () int32, tokens sampled so far (the next one's column in the outputs).
+        logits: (batch, vocab) logits of the token to sample next.
+        cache: the KV cache, every prompt token and sampled token written.
+        cache_valid: (batch, slots) bool, which cache slots hold real tokens.
+        tokens: (batch, max_new_tokens) int32, sampled tokens; padding after a stop.
+        behaviour_logprobs: (batch, max_new_tokens) fp32, log-prob of each token under
+            the distribution it was drawn from; 0 after a stop.
+        policy_logprobs: (batch, max_new_tokens) fp32, log-prob of each token under the
+            untruncated policy; 0 after a stop.
+        lengths: (batch,) int32, tokens sampled per row, its stop token included.
+        done: (batch,) bool, the row has sampled a stop token.
+        prompt_len: the padded prompt length: the cache slot of the first sampled token.
+        max_new_tokens: the most tokens a row samples.
+    """
+
+    step: jax.Array
+    logits: jax.Array
+    cache: KVCache
+    cache_valid: jax.Array
+    tokens: jax.Array
+    behaviour_logprobs: jax.Array
+    policy_logprobs: jax.Array
+    lengths: jax.Array
+    done: jax.Array
+    # Static: part of the compiled shape (one compile per bucket), not traced values.
+    prompt_len: int = struct.field(pytree_node=False)
+    max_new_tokens: int = struct.field(pytree_node=False)
 
 
 class Sampler:
@@ -247,7 +281,7 @@ class Sampler:
         ]
         cache_valid = jnp.zeros((prompts, slots), bool).at[:, :prompt_len].set(valid)
         positions = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0)
-        logits, cache = model(
+        prefill = model(
             tokens,
             valid,
             positions=positions,
@@ -256,6 +290,7 @@ class Sampler:
             cache_valid=cache_valid,
             logits_at=jnp.full((prompts, 1), prompt_len - 1),
         )
+        logits, cache = prefill.logits, prefill.cache
         next_position = valid.sum(axis=1)  # position of the first generated token
         if samples > 1:  # each prompt was prefilled once: its samples share the cache
 
@@ -271,57 +306,72 @@ class Sampler:
             seeds
         )
 
-        def sample_and_advance(c: tuple) -> tuple:
+        def sample_and_advance(s: _SamplingState) -> _SamplingState:
             # One token per row from the current logits, then (unless this was the last
             # step) one decode step for the next logits. Sampling lives in one place of
             # the loop body, so it is compiled once.
-            step, logits, cache, cache_valid, out_tokens, out_b, out_p, lengths, done = c
-            draws = jax.lax.dynamic_index_in_dim(uniforms, step, axis=1, keepdims=False)
-            token, b_lp, p_lp = choose(logits, draws, temperature, top_k, top_p)
-            token = jnp.where(done, self._pad, token)
-            out_tokens = out_tokens.at[:, step].set(token)
-            out_b = out_b.at[:, step].set(jnp.where(done, 0.0, b_lp))
-            out_p = out_p.at[:, step].set(jnp.where(done, 0.0, p_lp))
-            lengths = lengths + (~done).astype(jnp.int32)
-            done = done | jnp.isin(token, stop_ids)
+            draws = jax.lax.dynamic_index_in_dim(uniforms, s.step, axis=1, keepdims=False)
+            token, b_lp, p_lp = choose(s.logits, draws, temperature, top_k, top_p)
+            token = jnp.where(s.done, self._pad, token)
+            out_tokens = s.tokens.at[:, s.step].set(token)
+            out_b = s.behaviour_logprobs.at[:, s.step].set(jnp.where(s.done, 0.0, b_lp))
+            out_p = s.policy_logprobs.at[:, s.step].set(jnp.where(s.done, 0.0, p_lp))
+            lengths = s.lengths + (~s.done).astype(jnp.int32)
+            done = s.done | jnp.isin(token, stop_ids)
 
             def decode(operands: tuple) -> tuple:
                 cache, cache_valid = operands
-                slot = prompt_len + step  # where this token's keys and values go
+                slot = s.prompt_len + s.step  # where this token's keys and values go
                 cache_valid = cache_valid.at[:, slot].set(True)
-                logits, cache = model(
+                out = model(
                     token[:, None],
-                    positions=(next_position + step)[:, None],
+                    positions=(next_position + s.step)[:, None],
                     cache=cache,
                     cache_index=slot,
                     cache_valid=cache_valid,
                 )
-                return logits[:, 0], cache, cache_valid
+                return out.logits[:, 0], out.cache, cache_valid
 
-            more = (step + 1 < max_new_tokens) & ~jnp.all(done)
+            more = (s.step + 1 < s.max_new_tokens) & ~jnp.all(done)
             logits, cache, cache_valid = jax.lax.cond(
-                more, decode, lambda ops: (logits, *ops), (cache, cache_valid)
+                more, decode, lambda ops: (s.logits, *ops), (s.cache, s.cache_valid)
             )
-            return step + 1, logits, cache, cache_valid, out_tokens, out_b, out_p, lengths, done
+            return s.replace(
+                step=s.step + 1,
+                logits=logits,
+                cache=cache,
+                cache_valid=cache_valid,
+                tokens=out_tokens,
+                behaviour_logprobs=out_b,
+                policy_logprobs=out_p,
+                lengths=lengths,
+                done=done,
+            )
 
-        def keep_going(c: tuple) -> jax.Array:
-            step, *_, done = c
-            return (step < max_new_tokens) & ~jnp.all(done)
+        def keep_going(s: _SamplingState) -> jax.Array:
+            return (s.step < s.max_new_tokens) & ~jnp.all(s.done)
 
-        carry = (
-            jnp.int32(0),
-            logits[:, -1],
-            cache,
-            cache_valid,
-            jnp.full((batch, max_new_tokens), self._pad, jnp.int32),
-            jnp.zeros((batch, max_new_tokens), jnp.float32),
-            jnp.zeros((batch, max_new_tokens), jnp.float32),
-            jnp.zeros((batch,), jnp.int32),
-            jnp.zeros((batch,), bool),
+        initial = _SamplingState(
+            step=jnp.int32(0),
+            logits=logits[:, -1],
+            cache=cache,
+            cache_valid=cache_valid,
+            tokens=jnp.full((batch, max_new_tokens), self._pad, jnp.int32),
+            behaviour_logprobs=jnp.zeros((batch, max_new_tokens), jnp.float32),
+            policy_logprobs=jnp.zeros((batch, max_new_tokens), jnp.float32),
+            lengths=jnp.zeros((batch,), jnp.int32),
+            done=jnp.zeros((batch,), bool),
+            prompt_len=prompt_len,
+            max_new_tokens=max_new_tokens,
         )
-        carry = jax.lax.while_loop(keep_going, sample_and_advance, carry)
-        *_, out_tokens, out_b, out_p, lengths, done = carry
-        return out_tokens, out_b, out_p, lengths, done
+        final = jax.lax.while_loop(keep_going, sample_and_advance, initial)
+        return (
+            final.tokens,
+            final.behaviour_logprobs,
+            final.policy_logprobs,
+            final.lengths,
+            final.done,
+        )
 
     def _constrain(self, kv: jax.Array) -> jax.Array:
         if self._mesh is None:

@@ -32,6 +32,6 @@ def teacher_forced_logprobs(
         valid: (batch, length) bool, False at padding (left or right).
         temperature: the sampling temperature the completions were drawn with.
     """
-    logits = model(tokens, valid)
+    logits = model(tokens, valid).logits
     log_probs = policy_log_softmax(logits[:, :-1], temperature)
     return jnp.take_along_axis(log_probs, tokens[:, 1:, None], axis=-1)[..., 0]

@@ -53,7 +53,7 @@ class _EveryPositionLearner(Learner):
     def _policy(self, params, arrays):
         assert "segments" not in arrays, "train the reference with share_prompts=False"
         model = nnx.merge(self.graphdef, params)
-        logits = model(arrays["tokens"], arrays["valid"])[:, :-1]
+        logits = model(arrays["tokens"], arrays["valid"]).logits[:, :-1]
         log_probs = jax.nn.log_softmax(logits / self.temperature, axis=-1)
         window = arrays["logits_at"]
         logp = teacher_forced_logprobs(model, arrays["tokens"], arrays["valid"], self.temperature)

@@ -1,14 +1,16 @@
 """The Qwen2 / Qwen2.5 / QwQ / Qwen3 decoder configuration, with named sizes.
 
 One dataclass covers both families: Qwen2 has q/k/v biases; Qwen3 has none and adds a
-per-head RMSNorm on queries and keys. The named sizes copy the published ``config.json``
-files; ``tiny()`` is for tests.
+per-head RMSNorm on queries and keys. The named sizes (:data:`PRESETS`) copy the
+published ``config.json`` files; ``tiny()`` is for tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 Architecture = Literal["qwen2", "qwen3"]
@@ -190,96 +192,99 @@ class QwenConfig:
         return cls(**fields)
 
     @classmethod
-    def _qwen2(cls, v: int, h: int, i: int, n: int, heads: int, kv: int, tied: bool) -> QwenConfig:
-        return cls("qwen2", v, h, i, n, heads, kv, h // heads, tie_embeddings=tied)
+    def preset(cls, name: str) -> QwenConfig:
+        """The named size ``name`` (a key of :data:`PRESETS`).
 
-    @classmethod
-    def _qwen3(cls, h: int, i: int, n: int, heads: int, kv: int, tied: bool) -> QwenConfig:
-        return cls(
-            "qwen3", 151936, h, i, n, heads, kv, 128, tie_embeddings=tied, qkv_bias=False,
-            qk_norm=True, max_position_embeddings=40960,
-        )  # fmt: skip
-
-    @classmethod
-    def qwen2_5_0_5b(cls) -> QwenConfig:
-        """Qwen2.5-0.5B (model card: 0.49B parameters, 0.36B non-embedding)."""
-        return cls._qwen2(151936, 896, 4864, 24, 14, 2, tied=True)
-
-    @classmethod
-    def qwen2_5_1_5b(cls) -> QwenConfig:
-        """Qwen2.5-1.5B (1.54B, 1.31B non-embedding)."""
-        return cls._qwen2(151936, 1536, 8960, 28, 12, 2, tied=True)
-
-    @classmethod
-    def qwen2_5_3b(cls) -> QwenConfig:
-        """Qwen2.5-3B (3.09B, 2.77B non-embedding)."""
-        return cls._qwen2(151936, 2048, 11008, 36, 16, 2, tied=True)
-
-    @classmethod
-    def qwen2_5_7b(cls) -> QwenConfig:
-        """Qwen2.5-7B (7.61B, 6.53B non-embedding)."""
-        return cls._qwen2(152064, 3584, 18944, 28, 28, 4, tied=False)
-
-    @classmethod
-    def qwen2_5_14b(cls) -> QwenConfig:
-        """Qwen2.5-14B (14.7B, 13.1B non-embedding)."""
-        return cls._qwen2(152064, 5120, 13824, 48, 40, 8, tied=False)
-
-    @classmethod
-    def qwen2_5_32b(cls) -> QwenConfig:
-        """Qwen2.5-32B (32.5B, 31.0B non-embedding)."""
-        return cls._qwen2(152064, 5120, 27648, 64, 40, 8, tied=False)
-
-    @classmethod
-    def qwq_32b(cls) -> QwenConfig:
-        """QwQ-32B, the seed system's model: Qwen2.5-32B's architecture, 40960 context."""
-        return cls.qwen2_5_32b().replace(max_position_embeddings=40960)
-
-    @classmethod
-    def qwen3_0_6b(cls) -> QwenConfig:
-        """Qwen3-0.6B (0.6B, 0.44B non-embedding)."""
-        return cls._qwen3(1024, 3072, 28, 16, 8, tied=True)
-
-    @classmethod
-    def qwen3_1_7b(cls) -> QwenConfig:
-        """Qwen3-1.7B (1.7B, 1.4B non-embedding)."""
-        return cls._qwen3(2048, 6144, 28, 16, 8, tied=True)
-
-    @classmethod
-    def qwen3_4b(cls) -> QwenConfig:
-        """Qwen3-4B (4.0B, 3.6B non-embedding)."""
-        return cls._qwen3(2560, 9728, 36, 32, 8, tied=True)
-
-    @classmethod
-    def qwen3_8b(cls) -> QwenConfig:
-        """Qwen3-8B (8.2B, 6.95B non-embedding)."""
-        return cls._qwen3(4096, 12288, 36, 32, 8, tied=False)
-
-    @classmethod
-    def qwen3_14b(cls) -> QwenConfig:
-        """Qwen3-14B (14.8B, 13.2B non-embedding)."""
-        return cls._qwen3(5120, 17408, 40, 40, 8, tied=False)
-
-    @classmethod
-    def qwen3_32b(cls) -> QwenConfig:
-        """Qwen3-32B (32.8B, 31.2B non-embedding)."""
-        return cls._qwen3(5120, 25600, 64, 64, 8, tied=False)
+        Raises:
+            ValueError: no preset has that name; the message lists them.
+        """
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+        return PRESETS[name]()
 
 
-PRESETS = {
+def _qwen2_5(**sizes: Any) -> QwenConfig:
+    """A Qwen2.5 / QwQ size: q/k/v biases, Qwen2's defaults for the rest."""
+    return QwenConfig(architecture="qwen2", **sizes)
+
+
+def _qwen3(**sizes: Any) -> QwenConfig:
+    """A Qwen3 size: no q/k/v biases, per-head q/k norms, the family's shared vocabulary,
+    head width and context."""
+    return QwenConfig(
+        architecture="qwen3",
+        vocab_size=151936,
+        head_dim=128,
+        qkv_bias=False,
+        qk_norm=True,
+        max_position_embeddings=40960,
+        **sizes,
+    )
+
+
+# QwQ-32B is Qwen2.5-32B's architecture with a longer context: one set of sizes for both.
+_QWEN2_5_32B = dict(
+    vocab_size=152064, hidden_size=5120, intermediate_size=27648, num_layers=64,
+    num_heads=40, num_kv_heads=8, head_dim=128, tie_embeddings=False,
+)  # fmt: skip
+
+PRESETS: dict[str, Callable[[], QwenConfig]] = {
+    # -- for tests and the quickstart --
     "tiny": QwenConfig.tiny,
-    "tiny-qwen3": lambda: QwenConfig.tiny("qwen3"),
-    "qwen2_5_0_5b": QwenConfig.qwen2_5_0_5b,
-    "qwen2_5_1_5b": QwenConfig.qwen2_5_1_5b,
-    "qwen2_5_3b": QwenConfig.qwen2_5_3b,
-    "qwen2_5_7b": QwenConfig.qwen2_5_7b,
-    "qwen2_5_14b": QwenConfig.qwen2_5_14b,
-    "qwen2_5_32b": QwenConfig.qwen2_5_32b,
-    "qwq_32b": QwenConfig.qwq_32b,
-    "qwen3_0_6b": QwenConfig.qwen3_0_6b,
-    "qwen3_1_7b": QwenConfig.qwen3_1_7b,
-    "qwen3_4b": QwenConfig.qwen3_4b,
-    "qwen3_8b": QwenConfig.qwen3_8b,
-    "qwen3_14b": QwenConfig.qwen3_14b,
-    "qwen3_32b": QwenConfig.qwen3_32b,
-}
+    "tiny-qwen3": partial(QwenConfig.tiny, "qwen3"),
+    # -- Qwen2.5 (model card: parameters, non-embedding parameters) --
+    # Qwen2.5's config.json has no head_dim: it is hidden_size // num_heads.
+    "qwen2_5_0_5b": partial(  # 0.49B, 0.36B
+        _qwen2_5, vocab_size=151936, hidden_size=896, intermediate_size=4864, num_layers=24,
+        num_heads=14, num_kv_heads=2, head_dim=64, tie_embeddings=True,
+    ),
+    "qwen2_5_1_5b": partial(  # 1.54B, 1.31B
+        _qwen2_5, vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_layers=28,
+        num_heads=12, num_kv_heads=2, head_dim=128, tie_embeddings=True,
+    ),
+    "qwen2_5_3b": partial(  # 3.09B, 2.77B
+        _qwen2_5, vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_layers=36,
+        num_heads=16, num_kv_heads=2, head_dim=128, tie_embeddings=True,
+    ),
+    "qwen2_5_7b": partial(  # 7.61B, 6.53B
+        _qwen2_5, vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28,
+        num_heads=28, num_kv_heads=4, head_dim=128, tie_embeddings=False,
+    ),
+    "qwen2_5_14b": partial(  # 14.7B, 13.1B
+        _qwen2_5, vocab_size=152064, hidden_size=5120, intermediate_size=13824, num_layers=48,
+        num_heads=40, num_kv_heads=8, head_dim=128, tie_embeddings=False,
+    ),
+    "qwen2_5_32b": partial(_qwen2_5, **_QWEN2_5_32B),  # 32.5B, 31.0B
+    # The seed system's model.
+    "qwq_32b": partial(_qwen2_5, **_QWEN2_5_32B, max_position_embeddings=40960),
+    # -- Qwen3 (model card: parameters, non-embedding parameters) --
+    "qwen3_0_6b": partial(  # 0.6B, 0.44B
+        _qwen3, hidden_size=1024, intermediate_size=3072, num_layers=28, num_heads=16,
+        num_kv_heads=8, tie_embeddings=True,
+    ),
+    "qwen3_1_7b": partial(  # 1.7B, 1.4B
+        _qwen3, hidden_size=2048, intermediate_size=6144, num_layers=28, num_heads=16,
+        num_kv_heads=8, tie_embeddings=True,
+    ),
+    "qwen3_4b": partial(  # 4.0B, 3.6B
+        _qwen3, hidden_size=2560, intermediate_size=9728, num_layers=36, num_heads=32,
+        num_kv_heads=8, tie_embeddings=True,
+    ),
+    "qwen3_8b": partial(  # 8.2B, 6.95B
+        _qwen3, hidden_size=4096, intermediate_size=12288, num_layers=36, num_heads=32,
+        num_kv_heads=8, tie_embeddings=False,
+    ),
+    "qwen3_14b": partial(  # 14.8B, 13.2B
+        _qwen3, hidden_size=5120, intermediate_size=17408, num_layers=40, num_heads=40,
+        num_kv_heads=8, tie_embeddings=False,
+    ),
+    "qwen3_32b": partial(  # 32.8B, 31.2B
+        _qwen3, hidden_size=5120, intermediate_size=25600, num_layers=64, num_heads=64,
+        num_kv_heads=8, tie_embeddings=False,
+    ),
+}  # fmt: skip
+"""Every named size: name → a function that builds its config (``PRESETS[name]()``).
+
+The sizes copy the published ``config.json`` files; the comments give the parameter
+counts the model cards print, which tests/models/test_qwen_config.py checks.
+"""

@@ -14,12 +14,29 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
+from flax import nnx, struct
 
 from rlax_core.models.qwen.config import QwenConfig
 from rlax_core.models.qwen.layers import MLP, Attention, Embedding, Linear, RMSNorm, rope_tables
 
 KVCache = list[tuple[jax.Array, jax.Array]]
+
+
+@struct.dataclass
+class QwenOutput:
+    """What one forward pass of :class:`Qwen` returns (a pytree: it leaves jit as it is).
+
+    Attributes:
+        logits: fp32 logits, (batch, length, vocab), or (batch, k, vocab) with ``logits_at``.
+        cache: the KV cache with this call's keys and values written; None without a cache.
+        hidden_states: with ``return_hidden_states``, the hidden states after the
+            embedding and after each layer (the last one after the final norm), as HF
+            returns them; None otherwise.
+    """
+
+    logits: jax.Array
+    cache: KVCache | None = None
+    hidden_states: list[jax.Array] | None = None
 
 
 class DecoderLayer(nnx.Module):
@@ -56,8 +73,9 @@ class QwenModel(nnx.Module):
 class Qwen(nnx.Module):
     """A Qwen causal LM: ``Qwen(config, rngs=nnx.Rngs(seed))`` initialises it randomly.
 
-    Call it on int32 token ids of shape (batch, length) to get fp32 logits of shape
-    (batch, length, vocab). See the module docstring for slots, masks and the cache.
+    Call it on int32 token ids of shape (batch, length) to get a :class:`QwenOutput`
+    whose ``logits`` are fp32, (batch, length, vocab). See the module docstring for
+    slots, masks and the cache.
     """
 
     def __init__(self, config: QwenConfig, *, rngs: nnx.Rngs) -> None:
@@ -80,7 +98,7 @@ class Qwen(nnx.Module):
         attention_mask: jax.Array | None = None,
         return_hidden_states: bool = False,
         logits_at: jax.Array | None = None,
-    ) -> jax.Array | tuple:
+    ) -> QwenOutput:
         """Runs the model.
 
         Args:
@@ -104,8 +122,8 @@ class Qwen(nnx.Module):
                 vocabulary then cost nothing for the other positions.
 
         Returns:
-            logits, or (logits, cache) with a cache; hidden states are appended when
-            asked for.
+            The logits; the updated cache when given one; the hidden states when asked
+            for (the other fields are None).
         """
         c = self.config
         b, t = tokens.shape
@@ -145,13 +163,11 @@ class Qwen(nnx.Module):
         hidden[-1] = x
         if logits_at is not None:
             x = jnp.take_along_axis(x, logits_at[..., None], axis=1)
-        logits = self.logits_from_hidden(x)
-        result: tuple = (logits,)
-        if cache is not None:
-            result += (new_cache,)
-        if return_hidden_states:
-            result += (hidden,)
-        return result[0] if len(result) == 1 else result
+        return QwenOutput(
+            logits=self.logits_from_hidden(x),
+            cache=None if cache is None else new_cache,
+            hidden_states=hidden if return_hidden_states else None,
+        )
 
     def logits_from_hidden(self, x: jax.Array) -> jax.Array:
         """Final-norm output (batch, length, hidden) → fp32 logits (batch, length, vocab)."""

@@ -254,7 +254,7 @@ class Learner:
             positions=arrays.get("rope"),
             attention_mask=None if segments is None else shared_prompt_mask(segments),
             logits_at=arrays["logits_at"],
-        )
+        ).logits
         log_probs = policy_log_softmax(logits, self.temperature)
         logp = jnp.take_along_axis(log_probs, arrays["targets"][..., None], axis=-1)[..., 0]
         width = arrays["loss_mask"].shape[1]  # rows of several sequences: one row each

@@ -46,7 +46,7 @@ def warm_start(
     @jax.jit
     def step(params, opt_state, tokens, valid, target_mask):
         def loss_fn(params):
-            logits = nnx.merge(graphdef, params)(tokens, valid)[:, :-1]
+            logits = nnx.merge(graphdef, params)(tokens, valid).logits[:, :-1]
             log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
             nll = -jnp.take_along_axis(log_probs, tokens[:, 1:, None], axis=-1)[..., 0]
             return (nll * target_mask).sum() / jnp.maximum(target_mask.sum(), 1)
