@@ -90,3 +90,16 @@ def register_launchers(register: Register) -> None:
     Called once per plugin when the plugin manager is built. The run config selects one
     with ``launcher: {type: NAME, ...}``.
     """
+
+
+PLUGIN_KINDS: dict[str, str] = {
+    kind: hook.__name__
+    for kind, hook in (
+        ("transport", register_transports),
+        ("transport_server", register_transport_servers),
+        ("sandbox", register_sandboxes),
+        ("judge", register_judges),
+        ("launcher", register_launchers),
+    )
+}
+"""Each kind of plugin → the name of the hook that registers it (the registry's kinds)."""

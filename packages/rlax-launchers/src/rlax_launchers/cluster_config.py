@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.errors import ConfigError
 from rlax_launchers.transport_placement import TransportPlacement
 
@@ -46,7 +47,7 @@ class ClusterRunConfig:
 
 
 def cluster_run_config(
-    run_config: Any,
+    run_config: RunConfigBase,
     *,
     run_dir: str,
     placement: TransportPlacement,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.errors import ConfigError
 
 # Kubernetes object names and label values, TPU node names and GCE labels all accept
@@ -12,7 +12,7 @@ from rlax_core.errors import ConfigError
 _RESOURCE_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
 
 
-def resource_prefix(run_config: Any, override: str | None) -> str:
+def resource_prefix(run_config: RunConfigBase, override: str | None) -> str:
     """The prefix of every resource name: ``override``, else ``run.name`` in lowercase.
 
     Raises:
@@ -30,7 +30,7 @@ def resource_prefix(run_config: Any, override: str | None) -> str:
     return name
 
 
-def shared_run_dir(run_config: Any, configured: str | None, *, launcher: str) -> str:
+def shared_run_dir(run_config: RunConfigBase, configured: str | None, *, launcher: str) -> str:
     """The run directory that every process of a cloud run reads and writes.
 
     ``configured`` (the launcher's ``run_dir``) wins over ``run.run_dir``.

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import importlib.metadata
-from typing import Any
 
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.plugins.registry import Registry
 
 
 def run_requirements(
-    run_config: Any, registry: Registry, *, server_extra: str | None, jax_extra: str
+    run_config: RunConfigBase, registry: Registry, *, server_extra: str | None, jax_extra: str
 ) -> list[str]:
     """pip requirements for the run: rlax-core, each plugin package it uses, and JAX.
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.errors import ConfigError
 
 _ANY_INTERFACE = "0.0.0.0"
@@ -74,7 +75,7 @@ class TransportPlacement:
         return args
 
 
-def transport_placement(run_config: Any, launcher: str) -> TransportPlacement:
+def transport_placement(run_config: RunConfigBase, launcher: str) -> TransportPlacement:
     """The placement of the run config's transport.
 
     Raises:

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from rlax_core.config.loading import load_run_config
+from rlax_core.config.run_config import run_config_model
 from rlax_core.plugins.manager import load_registry
 
 
@@ -26,7 +27,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run_schema(args: argparse.Namespace) -> int:
     """Prints the JSON schema of the RunConfig model for the installed plugins."""
-    model = load_registry().run_config_model()
+    model = run_config_model(load_registry())
     print(json.dumps(model.model_json_schema(), indent=2))
     return 0
 

@@ -15,9 +15,9 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
 
 from rlax_core.config.loading import load_run_config
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.launcher import Launcher, RenderedArtifact
 from rlax_core.errors import ConfigError
 from rlax_core.plugins.manager import load_registry
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def local_run_dir(run_config: Any) -> Path:
+def local_run_dir(run_config: RunConfigBase) -> Path:
     """``run.run_dir`` when it is a local path, else ``runs/<run.name>``."""
     configured = run_config.run.run_dir
     if configured and "://" not in configured:

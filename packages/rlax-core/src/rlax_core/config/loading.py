@@ -5,15 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from rlax_core.config.messages import describe_validation_error
+from rlax_core.config.run_config import RunConfigBase, run_config_model
 from rlax_core.config.yaml_source import YamlDocument, read_yaml_mapping
 from rlax_core.errors import ConfigError
 from rlax_core.plugins.registry import Registry
 
 
-def load_run_config(path: str | Path, registry: Registry | None = None) -> Any:
+def load_run_config(path: str | Path, registry: Registry | None = None) -> RunConfigBase:
     """Reads and validates a YAML run config against the installed plugins.
 
     Args:
@@ -33,13 +34,13 @@ def load_run_config(path: str | Path, registry: Registry | None = None) -> Any:
 
 def validate_run_config(
     data: dict[str, Any], registry: Registry | None = None, *, doc: YamlDocument | None = None
-) -> Any:
+) -> RunConfigBase:
     """Validates a run config given as a mapping (see :func:`load_run_config`)."""
     if registry is None:
         from rlax_core.plugins.manager import load_registry
 
         registry = load_registry()
-    model: type[BaseModel] = registry.run_config_model()
+    model = run_config_model(registry)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

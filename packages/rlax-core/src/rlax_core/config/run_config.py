@@ -2,11 +2,15 @@
 
 Plugin sections (``transport``, ``verifier.judge``, ``verifier.sandbox``, ``launcher``)
 are discriminated unions on ``type`` over the config classes that plugins registered,
-so ``rlax config schema`` and validation always match what is installed.
+so ``rlax config schema`` and validation always match what is installed. The model is
+built at run time (:func:`run_config_model`), but code is typed against its static
+base, :class:`RunConfigBase`: the fixed sections with their own types, the plugin
+sections as ``BaseModel``, so a misspelled field is a type error.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
@@ -24,12 +28,26 @@ from rlax_core.config.sections import (
     TrainerSection,
     WarmStartSection,
 )
+from rlax_core.rl.algorithms.advantages import GROUP_ADVANTAGES
 
 if TYPE_CHECKING:
     from rlax_core.plugins.registry import Registry
 
 PLUGIN_KIND_KEY = "x-rlax-plugin-kind"
-_GROUP_ADVANTAGES = ("grpo", "dr_grpo", "rloo")
+
+
+class VerifierSectionBase(BaseModel):
+    """How completions are judged: a judge, and the sandbox it runs code in.
+
+    The fields are the installed judges' and sandboxes' config classes (see
+    :func:`make_run_config_model`); declared here for type checkers only.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    if TYPE_CHECKING:
+        judge: BaseModel
+        sandbox: BaseModel | None
 
 
 class RunConfigBase(BaseModel):
@@ -68,9 +86,15 @@ class RunConfigBase(BaseModel):
         description="Where the step metrics go besides metrics.jsonl and TensorBoard.",
     )
 
+    if TYPE_CHECKING:
+        # The plugin sections, added by make_run_config_model for the installed plugins.
+        transport: BaseModel
+        verifier: VerifierSectionBase | None
+        launcher: BaseModel | None
+
     @model_validator(mode="after")
     def _groups_fit_the_advantage(self) -> RunConfigBase:
-        if self.algorithm.advantage in _GROUP_ADVANTAGES and self.rollout.samples_per_prompt < 2:
+        if self.algorithm.advantage in GROUP_ADVANTAGES and self.rollout.samples_per_prompt < 2:
             raise ValueError(
                 f"algorithm.advantage {self.algorithm.advantage!r} compares the completions of "
                 f"one prompt, but rollout.samples_per_prompt is "
@@ -115,12 +139,31 @@ def _none_installed(kind: str) -> Any:
     return fail
 
 
+_MODELS: weakref.WeakKeyDictionary[Registry, tuple[tuple, type[RunConfigBase]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def run_config_model(registry: Registry) -> type[RunConfigBase]:
+    """The RunConfig model whose plugin sections accept exactly ``registry``'s plugins.
+
+    Built once per registry and set of registrations (a registration added later builds
+    a new one).
+    """
+    key = tuple((r.kind, r.name, r.config_cls) for r in registry.all())
+    cached = _MODELS.get(registry)
+    if cached is None or cached[0] != key:
+        cached = (key, make_run_config_model(registry))
+        _MODELS[registry] = cached
+    return cached[1]
+
+
 def make_run_config_model(registry: Registry) -> type[RunConfigBase]:
-    """Builds the RunConfig model for the plugins in ``registry``."""
+    """Builds the RunConfig model for the plugins in ``registry`` (see :func:`run_config_model`)."""
     verifier = create_model(
         "VerifierSection",
-        __config__=ConfigDict(extra="forbid"),
-        __doc__="How completions are judged: a judge, and the sandbox it runs code in.",
+        __base__=VerifierSectionBase,
+        __doc__=VerifierSectionBase.__doc__,
         judge=plugin_field(
             registry,
             "judge",

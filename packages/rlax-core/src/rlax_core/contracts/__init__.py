@@ -1,16 +1,26 @@
 """The interfaces that plugins implement. Each module states its guarantees."""
 
-from rlax_core.contracts.launcher import Launcher, ProcessStatus, RenderedArtifact
+from rlax_core.contracts.launcher import (
+    PROCESS_STATES,
+    Launcher,
+    ProcessRole,
+    ProcessState,
+    ProcessStatus,
+    RenderedArtifact,
+)
 from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
 from rlax_core.contracts.queue import Queue
 from rlax_core.contracts.transport import Transport, TransportServer
 from rlax_core.contracts.verifier import Judge, Program, RunRequest, SandboxBackend
 
 __all__ = [
+    "PROCESS_STATES",
     "FetchedParameters",
     "Judge",
     "Launcher",
     "ParameterStore",
+    "ProcessRole",
+    "ProcessState",
     "ProcessStatus",
     "Program",
     "Queue",

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from pydantic import Field
 
 from rlax_core.types.record import Record
+
+if TYPE_CHECKING:
+    from rlax_core.config.run_config import RunConfigBase
 
 
 class RenderedArtifact(Record):
@@ -22,16 +25,21 @@ class RenderedArtifact(Record):
     content: str = Field(description="The exact command, script text or YAML.")
 
 
+ProcessRole = Literal["transport", "trainer", "worker"]
+"""What a process does in a run: serve the transport, train, or generate rollouts."""
+
+ProcessState = Literal["starting", "running", "restarting", "stopped", "failed"]
+"""Where a process is in its life, as its launcher sees it."""
+
+PROCESS_STATES: tuple[ProcessState, ...] = get_args(ProcessState)
+
+
 class ProcessStatus(Record):
     """The state of one process (or pod) of a run."""
 
-    role: Literal["transport", "trainer", "worker", "verifier", "controller"] = Field(
-        description="What the process does in the run."
-    )
+    role: ProcessRole = Field(description="What the process does in the run.")
     name: str = Field(description="Unique name within the run, e.g. 'worker-2'.")
-    state: Literal["starting", "running", "restarting", "stopped", "failed"] = Field(
-        description="Lifecycle state."
-    )
+    state: ProcessState = Field(description="Lifecycle state.")
     pid: int | None = Field(default=None, description="OS process id, where there is one.")
     restarts: int = Field(default=0, ge=0, description="Times the process was restarted.")
     policy_version: int | None = Field(default=None, description="Weights it holds.")
@@ -55,11 +63,11 @@ class Launcher(ABC):
     creates_cloud_resources: ClassVar[bool] = False
 
     @abstractmethod
-    def render(self, run_config: Any, run_dir: Path) -> list[RenderedArtifact]:
+    def render(self, run_config: RunConfigBase, run_dir: Path) -> list[RenderedArtifact]:
         """What :meth:`launch` would do, without doing it (``--dry-run``)."""
 
     @abstractmethod
-    def launch(self, run_config: Any, run_dir: Path) -> None:
+    def launch(self, run_config: RunConfigBase, run_dir: Path) -> None:
         """Starts the run.
 
         A local launcher returns when the run has finished or was stopped; a cloud

@@ -16,6 +16,9 @@ plugin in this workspace imports any other part of core.
 - :mod:`rlax_core.hookspecs` and :mod:`rlax_core.plugins`: ``hookimpl``, ``Register``,
   ``BuildContext`` and ``Registry``, to register factories and build what a factory
   needs from the run config.
+- :mod:`rlax_core.config`: the run config (:class:`~rlax_core.config.RunConfigBase`,
+  what ``context.run_config`` is, and its sections): what a launcher places and
+  renders.
 - :mod:`rlax_core.testing`: the contract suites a plugin runs against itself.
 - :mod:`rlax_core.kit.transport`: building blocks of a transport: preparing a version
   to publish, checksums, the lazy-connection transport base, the in-memory store and
@@ -33,6 +36,7 @@ PUBLIC_MODULES = (
     "rlax_core.errors",
     "rlax_core.hookspecs",
     "rlax_core.plugins",
+    "rlax_core.config",
     "rlax_core.testing",
     "rlax_core.kit",
 )

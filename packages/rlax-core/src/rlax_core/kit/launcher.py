@@ -8,6 +8,7 @@ launcher may use.
 """
 
 from rlax_core.child_processes import signal_when_parent_dies
+from rlax_core.contracts.launcher import ProcessRole, ProcessState
 from rlax_core.run_dir.metrics import METRICS_FILE, read_metrics
 from rlax_core.run_dir.process_table import (
     EVENTS_FILE,
@@ -15,7 +16,6 @@ from rlax_core.run_dir.process_table import (
     PREEMPTING_DIR,
     TABLE_FILE,
     ProcessEntry,
-    ProcessState,
     ProcessTable,
     append_event,
     mark_preempting,
@@ -34,6 +34,7 @@ __all__ = [
     "PREEMPTING_DIR",
     "TABLE_FILE",
     "ProcessEntry",
+    "ProcessRole",
     "ProcessRow",
     "ProcessState",
     "ProcessTable",

@@ -7,11 +7,10 @@ from rlax_core.plugins.manager import (
     load_registry,
     make_plugin_manager,
 )
-from rlax_core.plugins.registry import KINDS, BuildContext, Registration, Registry
+from rlax_core.plugins.registry import BuildContext, Registration, Registry
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "KINDS",
     "LOAD_PLUGINS_ENV",
     "BuildContext",
     "Registration",

@@ -17,7 +17,8 @@ import pluggy
 
 from rlax_core import hookspecs
 from rlax_core.errors import PluginError
-from rlax_core.plugins.registry import KINDS, Registration, Registry, plugin_config_class
+from rlax_core.hookspecs import PLUGIN_KINDS
+from rlax_core.plugins.registry import Registration, Registry, plugin_config_class
 
 ENTRY_POINT_GROUP = "rlax"
 LOAD_PLUGINS_ENV = "RLAX_LOAD_PLUGINS"
@@ -52,7 +53,7 @@ def make_plugin_manager(
     except pluggy.PluginValidationError as exc:
         raise PluginError(
             f"plugin {exc.plugin!r} implements a hook RLAX does not have: {exc}; "
-            f"known hooks: {', '.join(KINDS.values())}"
+            f"known hooks: {', '.join(PLUGIN_KINDS.values())}"
         ) from None
     return pm
 
@@ -68,7 +69,7 @@ def collect_registry(pm: pluggy.PluginManager) -> Registry:
     for plugin_name, (package, version) in origins.items():
         if pm.get_plugin(plugin_name) is not None:
             registry.loaded_packages.setdefault(package, version)
-    for kind, hook_name in KINDS.items():
+    for kind, hook_name in PLUGIN_KINDS.items():
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
             package, version = origins.get(impl.plugin_name, (impl.plugin_name, ""))
 

@@ -6,20 +6,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlax_core.errors import PluginError
+from rlax_core.hookspecs import PLUGIN_KINDS
 
-KINDS: dict[str, str] = {
-    # kind -> the hook through which plugins register it
-    "transport": "register_transports",
-    "transport_server": "register_transport_servers",
-    "sandbox": "register_sandboxes",
-    "judge": "register_judges",
-    "launcher": "register_launchers",
-}
+if TYPE_CHECKING:
+    from rlax_core.config.run_config import RunConfigBase
+
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 
@@ -29,7 +25,7 @@ class Registration:
     """One implementation a plugin registered.
 
     Attributes:
-        kind: one of :data:`KINDS`.
+        kind: one of :data:`~rlax_core.hookspecs.PLUGIN_KINDS`.
         name: the ``type`` a run config uses to select it.
         factory: ``factory(config, context)`` builds the implementation.
         config_cls: the plugin's config class, with ``type`` added and extra keys forbidden.
@@ -57,11 +53,10 @@ class Registry:
     """Implementations by kind and name; refuses a name registered twice."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, dict[str, Registration]] = {kind: {} for kind in KINDS}
+        self._entries: dict[str, dict[str, Registration]] = {kind: {} for kind in PLUGIN_KINDS}
         self.loaded_packages: dict[
             str, str
         ] = {}  # package -> version, even if it registered nothing
-        self._run_config_model: type[BaseModel] | None = None
 
     def add(self, registration: Registration) -> None:
         """Adds a registration; raises ``PluginError`` if its name is taken."""
@@ -74,7 +69,6 @@ class Registry:
                 "exclude one with RLAX_LOAD_PLUGINS"
             )
         self._entries[registration.kind][registration.name] = registration
-        self._run_config_model = None
 
     def names(self, kind: str) -> list[str]:
         """Registered names of one kind, sorted."""
@@ -82,7 +76,7 @@ class Registry:
 
     def all(self) -> list[Registration]:
         """Every registration, by kind then name."""
-        return [self._entries[k][n] for k in KINDS for n in self.names(k)]
+        return [self._entries[k][n] for k in PLUGIN_KINDS for n in self.names(k)]
 
     def get(self, kind: str, name: str) -> Registration:
         """The registration of ``kind`` called ``name``.
@@ -104,14 +98,6 @@ class Registry:
         registration = self.get(kind, config.type)  # type: ignore[attr-defined]
         return registration.factory(config, context)
 
-    def run_config_model(self) -> type[BaseModel]:
-        """The RunConfig model whose plugin sections accept exactly these registrations."""
-        if self._run_config_model is None:
-            from rlax_core.config.run_config import make_run_config_model
-
-            self._run_config_model = make_run_config_model(self)
-        return self._run_config_model
-
 
 @dataclass
 class BuildContext:
@@ -128,7 +114,7 @@ class BuildContext:
     """
 
     registry: Registry
-    run_config: Any = None
+    run_config: RunConfigBase | None = None
     run_dir: Path | None = None
     config_path: Path | None = None
     sandbox: BaseModel | None = None

@@ -1,27 +1,23 @@
-"""The run directory: resolved config, checkpoints, metrics, status files.
+"""Where a run directory is, and its resolved config: created, or checked before a resume.
 
-::
-
-    RUN_DIR/
-      config.yaml        the resolved run config (every default written out)
-      checkpoints/       Orbax step directories
-      metrics.jsonl      one JSON object per step
-      tensorboard/       event files
-      status/            one JSON file per process (role, pid, version, throughput)
-      plots/             `rlax plot RUN_DIR`
+``RUN_DIR/config.yaml`` holds the run config with every default written out. A resume
+may change only the schedules and the step budget (:data:`RESUMABLE_CHANGES`);
+anything else would silently train something other than what was started.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from rlax_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rlax_core.config.run_config import RunConfigBase
+
 
 CONFIG_FILE = "config.yaml"
 # Settings a resumed run may change: schedules of evaluation and checkpoints, the step
@@ -37,13 +33,13 @@ RESUMABLE_CHANGES = (
 )
 
 
-def default_run_dir(config: Any) -> Path:
+def default_run_dir(config: RunConfigBase) -> Path:
     """``run.run_dir``, or ``runs/<run.name>``."""
     return Path(config.run.run_dir or Path("runs") / config.run.name)
 
 
 def prepare(
-    run_dir: Path, config: Any, *, resume: bool, has_checkpoint: bool, write: bool = True
+    run_dir: Path, config: RunConfigBase, *, resume: bool, has_checkpoint: bool, write: bool = True
 ) -> None:
     """Creates the run directory, or checks that resuming it is safe.
 
@@ -76,16 +72,6 @@ def prepare(
     tmp = saved_path.with_name(f".{CONFIG_FILE}.tmp")
     tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
     os.replace(tmp, saved_path)
-
-
-def write_status(run_dir: Path, name: str, fields: dict[str, Any]) -> None:
-    """Atomically writes ``status/<name>.json`` (read by `rlax status`)."""
-    folder = run_dir / "status"
-    folder.mkdir(parents=True, exist_ok=True)
-    data = {"name": name, "pid": os.getpid(), "updated_at": time.time(), **fields}
-    tmp = folder / f".{name}.json.tmp"
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, folder / f"{name}.json")
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:

@@ -22,10 +22,11 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
+from rlax_core.contracts.launcher import ProcessRole, ProcessState
 from rlax_core.errors import ConfigError
 from rlax_core.types.record import Record
 
@@ -34,14 +35,12 @@ LOGS_DIR = "logs"
 EVENTS_FILE = "events.jsonl"
 PREEMPTING_DIR = "preempting"
 
-ProcessState = Literal["starting", "running", "restarting", "stopped", "failed"]
-
 
 class ProcessEntry(Record):
     """One supervised process of the run, as the launcher last saw it."""
 
     name: str = Field(description="Unique name in the run: 'transport', 'trainer', 'w0', ...")
-    role: Literal["transport", "trainer", "worker"] = Field(description="What it does.")
+    role: ProcessRole = Field(description="What it does.")
     state: ProcessState = Field(description="Lifecycle state.")
     pid: int | None = Field(default=None, description="OS pid of the current incarnation.")
     pgid: int | None = Field(default=None, description="Its process group (signals go here).")

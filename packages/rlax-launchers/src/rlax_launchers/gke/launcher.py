@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts import Launcher, ProcessStatus, RenderedArtifact
 from rlax_core.errors import RlaxError
 from rlax_core.plugins.registry import BuildContext
@@ -34,11 +35,11 @@ class GkeLauncher(Launcher):
 
     creates_cloud_resources = True
 
-    def __init__(self, config: GkeLauncherConfig, run_config: Any = None) -> None:
+    def __init__(self, config: GkeLauncherConfig, run_config: RunConfigBase | None = None) -> None:
         self.config = config
         self.run_config = run_config
 
-    def render(self, run_config: Any, run_dir: Path) -> list[RenderedArtifact]:
+    def render(self, run_config: RunConfigBase, run_dir: Path) -> list[RenderedArtifact]:
         """Every object as a YAML manifest, in apply order."""
         return [
             RenderedArtifact(
@@ -49,7 +50,7 @@ class GkeLauncher(Launcher):
             for m in render_manifests(self.config, run_config).items
         ]
 
-    def launch(self, run_config: Any, run_dir: Path) -> None:
+    def launch(self, run_config: RunConfigBase, run_dir: Path) -> None:
         """Creates or replaces every object through the Kubernetes API."""
         manifests = render_manifests(self.config, run_config)
         cluster = self._cluster()

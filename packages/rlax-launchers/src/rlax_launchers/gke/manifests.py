@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.errors import ConfigError
 from rlax_launchers.cluster_config import cluster_run_config, run_config_yaml
 from rlax_launchers.gke.config import GkeLauncherConfig, PriorityClassConfig
@@ -35,13 +36,13 @@ class GkeManifests:
     items: list[dict[str, Any]]
 
 
-def run_objects(config: GkeLauncherConfig, run_config: Any) -> RunObjects:
+def run_objects(config: GkeLauncherConfig, run_config: RunConfigBase) -> RunObjects:
     """The names of the run's objects, without rendering them (for status and stop)."""
     prefix = resource_prefix(run_config, config.name)
     return RunObjects(prefix, f"{prefix}-config", None, False)
 
 
-def render_manifests(config: GkeLauncherConfig, run_config: Any) -> GkeManifests:
+def render_manifests(config: GkeLauncherConfig, run_config: RunConfigBase) -> GkeManifests:
     """Renders the run's objects.
 
     Raises:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts import Launcher, ProcessStatus, RenderedArtifact
 from rlax_core.errors import ConfigError, RlaxError
 from rlax_core.kit.launcher import PREEMPTING_DIR, TABLE_FILE, collect_status, pid_alive, read_table
@@ -62,7 +63,7 @@ class LocalLauncher(Launcher):
         self.registry = registry
         self.config_path = config_path
 
-    def render(self, run_config: Any, run_dir: Path) -> list[RenderedArtifact]:
+    def render(self, run_config: RunConfigBase, run_dir: Path) -> list[RenderedArtifact]:
         """The command of every process (the trainer last, in the foreground)."""
         artifacts = []
         for process in self.processes(run_config, run_dir):
@@ -76,7 +77,7 @@ class LocalLauncher(Launcher):
         trainer = next(a for a in artifacts if a.name == "trainer")
         return [a for a in artifacts if a is not trainer] + [trainer]
 
-    def processes(self, run_config: Any, run_dir: Path) -> list[SupervisedProcess]:
+    def processes(self, run_config: RunConfigBase, run_dir: Path) -> list[SupervisedProcess]:
         """The processes of the run: transport server (if one is needed), trainer, workers.
 
         Raises:
@@ -113,7 +114,7 @@ class LocalLauncher(Launcher):
             processes.append(SupervisedProcess(f"w{i}", "worker", rlax + worker[1:], run_dir))
         return processes
 
-    def launch(self, run_config: Any, run_dir: Path) -> None:
+    def launch(self, run_config: RunConfigBase, run_dir: Path) -> None:
         """Runs the processes until the trainer finishes.
 
         Raises:
@@ -156,18 +157,20 @@ class LocalLauncher(Launcher):
 
     def status(self, run_dir: Path) -> list[ProcessStatus]:
         """The processes of the launcher's table, with their versions and rates."""
-        rows, _ = collect_status(run_dir)
+        rows, table = collect_status(run_dir)
+        entries = {entry.name: entry for entry in table.processes} if table else {}
         return [
             ProcessStatus(
-                role=row.role if row.role in ("transport", "trainer", "worker") else "worker",
+                role=entries[row.name].role,
                 name=row.name,
-                state=row.state if row.state in _STATES else "stopped",
+                state=entries[row.name].state,
                 pid=row.pid,
                 restarts=row.restarts,
                 policy_version=row.policy_version,
                 throughput=row.throughput,
             )
             for row in rows
+            if row.name in entries  # status files of processes it did not start are not its
         ]
 
     def stop(self, run_dir: Path) -> None:
@@ -201,9 +204,6 @@ class LocalLauncher(Launcher):
             if server is not None and hasattr(server, field) and getattr(server, field) is None:
                 return ["--set", f"server.{field}={run_dir / TRANSPORT_STATE_DIR}"]
         return []
-
-
-_STATES = ("starting", "running", "restarting", "stopped", "failed")
 
 
 def _is_rlax(pid: int | None) -> bool:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts import Launcher, ProcessStatus, RenderedArtifact
 from rlax_core.errors import RlaxError
 from rlax_core.plugins.registry import BuildContext, Registry
@@ -61,17 +62,20 @@ class TpuVmLauncher(Launcher):
     creates_cloud_resources = True
 
     def __init__(
-        self, config: TpuVmLauncherConfig, registry: Registry, run_config: Any = None
+        self,
+        config: TpuVmLauncherConfig,
+        registry: Registry,
+        run_config: RunConfigBase | None = None,
     ) -> None:
         self.config = config
         self.registry = registry
         self.run_config = run_config
 
-    def render(self, run_config: Any, run_dir: Path) -> list[RenderedArtifact]:
+    def render(self, run_config: RunConfigBase, run_dir: Path) -> list[RenderedArtifact]:
         """The start-up scripts and the ``gcloud`` commands that create the slices."""
         return build_plan(self.config, run_config, run_dir, self.registry).artifacts()
 
-    def launch(self, run_config: Any, run_dir: Path) -> None:
+    def launch(self, run_config: RunConfigBase, run_dir: Path) -> None:
         """Writes the start-up scripts under ``run_dir/launch`` and creates the slices.
 
         Idempotent, so it also repairs a run: a slice that exists is left alone, one that

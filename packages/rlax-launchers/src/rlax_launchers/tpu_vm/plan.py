@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts import RenderedArtifact
 from rlax_core.errors import ConfigError
 from rlax_core.plugins.registry import Registry
@@ -80,7 +80,7 @@ class TpuVmPlan:
 
 
 def slice_nodes(
-    config: TpuVmLauncherConfig, run_config: Any, run_dir: Path
+    config: TpuVmLauncherConfig, run_config: RunConfigBase, run_dir: Path
 ) -> tuple[str, SliceNode, list[SliceNode]]:
     """The run's prefix, trainer slice and worker slices (no files, no commands).
 
@@ -120,7 +120,7 @@ def slice_nodes(
 
 
 def build_plan(
-    config: TpuVmLauncherConfig, run_config: Any, run_dir: Path, registry: Registry
+    config: TpuVmLauncherConfig, run_config: RunConfigBase, run_dir: Path, registry: Registry
 ) -> TpuVmPlan:
     """The slices, their start-up scripts and the commands that create them.
 

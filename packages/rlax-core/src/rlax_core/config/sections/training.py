@@ -7,14 +7,16 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from rlax_core.config.sections.base import Section
+from rlax_core.rl.algorithms.advantages import ADVANTAGES
+
+# The estimators' names, as registered (a run config names one; the schema lists them).
+AdvantageName = Literal[tuple(ADVANTAGES)]  # type: ignore[valid-type]
 
 
 class AlgorithmSection(Section):
     """The RL objective."""
 
-    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce"] = Field(
-        default="grpo", description="Advantage estimator."
-    )
+    advantage: AdvantageName = Field(default="grpo", description="Advantage estimator.")
     loss: Literal["ppo_clip", "gspo", "reinforce"] = Field(
         default="ppo_clip", description="Policy loss."
     )

@@ -15,6 +15,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh
 
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.transport import Transport
 from rlax_core.contracts.verifier import Judge
 from rlax_core.data import PromptDataset, PromptMixture
@@ -34,7 +35,7 @@ def resolve(path: str, base_dir: Path) -> Path:
     return candidate if candidate.is_absolute() else base_dir / candidate
 
 
-def tokenizer_dir(config: Any, base_dir: Path) -> Path:
+def tokenizer_dir(config: RunConfigBase, base_dir: Path) -> Path:
     """The directory of ``model.tokenizer`` (or the checkpoint's own tokenizer)."""
     source = config.model.tokenizer or config.model.path
     if source is None:
@@ -45,7 +46,7 @@ def tokenizer_dir(config: Any, base_dir: Path) -> Path:
     return resolve(source, base_dir)
 
 
-def load_tokenizer(config: Any, base_dir: Path) -> Tokenizer:
+def load_tokenizer(config: RunConfigBase, base_dir: Path) -> Tokenizer:
     """The tokenizer of the run (see :func:`tokenizer_dir`)."""
     return Tokenizer.from_dir(tokenizer_dir(config, base_dir))
 
@@ -59,7 +60,7 @@ def stop_token_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
     return tuple(sorted(i for i in ids if i is not None))
 
 
-def mesh_of(config: Any) -> Mesh | None:
+def mesh_of(config: RunConfigBase) -> Mesh | None:
     """The trainer's mesh from ``trainer.mesh`` (None for a single device).
 
     A multi-host trainer's mesh must span every device of every process: the processes
@@ -86,7 +87,7 @@ def mesh_of(config: Any) -> Mesh | None:
         raise ConfigError(f"trainer.mesh: {exc}") from None
 
 
-def build_model(config: Any, base_dir: Path, *, mesh: Mesh | None = None) -> Qwen:
+def build_model(config: RunConfigBase, base_dir: Path, *, mesh: Mesh | None = None) -> Qwen:
     """The policy: a checkpoint from ``model.path`` or a preset initialised with the seed."""
     section = config.model
     dtypes = dict(param_dtype=section.dtype, dtype=section.activation_dtype or section.dtype)
@@ -109,7 +110,7 @@ def prompt_encoder(tokenizer: Tokenizer, chat_template: bool) -> Callable[[str],
 
 
 def train_prompts(
-    config: Any, base_dir: Path, tokenizer: Tokenizer, *, seed: int | None = None
+    config: RunConfigBase, base_dir: Path, tokenizer: Tokenizer, *, seed: int | None = None
 ) -> tuple[PromptMixture, Callable[[], Prompt]]:
     """The training mixture and a function drawing its next encoded prompt."""
     if config.data is None:
@@ -126,7 +127,7 @@ def train_prompts(
     return mixture, next_prompt
 
 
-def eval_prompts(config: Any, base_dir: Path, tokenizer: Tokenizer) -> list[Prompt]:
+def eval_prompts(config: RunConfigBase, base_dir: Path, tokenizer: Tokenizer) -> list[Prompt]:
     """The held-out prompts (``data.eval``), encoded; empty when none are configured."""
     if config.data is None or config.data.eval is None:
         return []
@@ -138,7 +139,7 @@ def eval_prompts(config: Any, base_dir: Path, tokenizer: Tokenizer) -> list[Prom
     ]
 
 
-def build_judge(registry: Registry, config: Any, run_dir: Path) -> Judge:
+def build_judge(registry: Registry, config: RunConfigBase, run_dir: Path) -> Judge:
     """The judge of ``verifier.judge`` (with its sandbox, for judges that run code)."""
     if config.verifier is None:
         raise ConfigError("the run config has no verifier section: RL needs a judge for rewards")
@@ -146,7 +147,7 @@ def build_judge(registry: Registry, config: Any, run_dir: Path) -> Judge:
     return registry.build("judge", config.verifier.judge, context)
 
 
-def build_transport(registry: Registry, config: Any, run_dir: Path) -> Transport:
+def build_transport(registry: Registry, config: RunConfigBase, run_dir: Path) -> Transport:
     """The transport of ``transport`` (in-process by default)."""
     return registry.build(
         "transport", config.transport, BuildContext(registry, run_config=config, run_dir=run_dir)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
 
 import jax
 
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.errors import RlaxError
 from rlax_core.plugins.manager import load_registry
 from rlax_core.rl.roles import components
@@ -24,9 +24,14 @@ STATUS_EVERY_S = 5.0
 
 
 def run_all(
-    config: Any, config_dir: Path, run_dir: Path | None, *, resume: bool, stop: threading.Event,
+    config: RunConfigBase,
+    config_dir: Path,
+    run_dir: Path | None,
+    *,
+    resume: bool,
+    stop: threading.Event,
     progress: bool = True,
-) -> bool:  # fmt: skip
+) -> bool:
     """The embedded run: trainer and ``rollout.workers`` worker threads in this process."""
     registry = load_registry()
     run_dir = run_dir or default_run_dir(config)
@@ -73,9 +78,14 @@ def run_all(
 
 
 def run_trainer(
-    config: Any, config_dir: Path, run_dir: Path | None, *, resume: bool, stop: threading.Event,
+    config: RunConfigBase,
+    config_dir: Path,
+    run_dir: Path | None,
+    *,
+    resume: bool,
+    stop: threading.Event,
     progress: bool = True,
-) -> bool:  # fmt: skip
+) -> bool:
     """The trainer process of a multi-process run (workers are other processes).
 
     ``--resume`` is implied: a trainer restarted by its launcher after a crash or a
@@ -101,9 +111,14 @@ def run_trainer(
 
 
 def run_worker(
-    config: Any, config_dir: Path, run_dir: Path | None, *, worker_id: str, stop: threading.Event,
+    config: RunConfigBase,
+    config_dir: Path,
+    run_dir: Path | None,
+    *,
+    worker_id: str,
+    stop: threading.Event,
     working: threading.Event | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """One inference worker process; runs until ``stop`` (SIGTERM) or the transport closes.
 
     ``working`` is set when the worker starts leasing prompts: before that it holds

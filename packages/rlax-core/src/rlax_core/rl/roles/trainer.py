@@ -16,12 +16,12 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.transport import Transport
 from rlax_core.models.params import flat_params, host_model, replace_params
 from rlax_core.models.pretrained import save_pretrained
@@ -37,8 +37,9 @@ from rlax_core.rl.roles.progress import StepProgress
 from rlax_core.rl.roles.trainer_processes import TrainerProcesses
 from rlax_core.rl.roles.warm_start import warm_start
 from rlax_core.run_dir.checkpoints import CheckpointStore
-from rlax_core.run_dir.layout import prepare, write_status
+from rlax_core.run_dir.layout import prepare
 from rlax_core.run_dir.metrics import MetricsLog
+from rlax_core.run_dir.status import write_status
 
 # The warm start draws its examples from a stream of its own, so the RL cursor (and an
 # exact resume) does not depend on it.
@@ -61,7 +62,7 @@ class TrainerRun:
 
     def __init__(
         self,
-        config: Any,
+        config: RunConfigBase,
         *,
         config_dir: Path,
         run_dir: Path,
