@@ -12,7 +12,11 @@ from pathlib import Path
 import jax
 
 from rlax_core.config.run_config import RunConfigBase
+from rlax_core.contracts.transport import Transport
+from rlax_core.contracts.verifier import Judge
 from rlax_core.errors import RlaxError
+from rlax_core.models.qwen import Qwen
+from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.plugins.manager import load_registry
 from rlax_core.rl.roles import components
 from rlax_core.rl.roles.trainer import TrainerRun
@@ -44,21 +48,12 @@ def run_all(
         failures.append(exc)
         stop.set()
 
+    judge = trainer.judge
+    assert judge is not None, "the embedded run's trainer is its own leader"
     threads = []
     for i in range(config.rollout.workers):
-        worker = InferenceWorker(
-            f"worker-{i}",
-            model=trainer.worker_model(),
-            tokenizer=trainer.tokenizer,
-            judge=trainer.judge,
-            store=transport.parameter_store(),
-            prompts=transport.queue("prompts"),
-            rollouts=transport.queue("rollouts"),
-            rollout=config.rollout,
-            staleness=config.staleness,
-            seed=config.run.seed,
-            stop_token_ids=trainer.stop_token_ids,
-        )
+        worker = _worker(f"worker-{i}", config, trainer.worker_model(), trainer.tokenizer,
+                         judge, transport)  # fmt: skip
         thread = threading.Thread(
             target=worker.run, args=(stop, fail), name=worker.worker_id, daemon=True
         )
@@ -132,20 +127,10 @@ def run_worker(
             "with inproc, run everything in one process: rlax train CONFIG"
         )
     transport = components.build_transport(registry, config, run_dir)
+    judge = components.build_judge(registry, config, run_dir)
+    model = components.build_model(config, config_dir)
     tokenizer = components.load_tokenizer(config, config_dir)
-    worker = InferenceWorker(
-        worker_id,
-        model=components.build_model(config, config_dir),
-        tokenizer=tokenizer,
-        judge=components.build_judge(registry, config, run_dir),
-        store=transport.parameter_store(),
-        prompts=transport.queue("prompts"),
-        rollouts=transport.queue("rollouts"),
-        rollout=config.rollout,
-        staleness=config.staleness,
-        seed=config.run.seed,
-        stop_token_ids=components.stop_token_ids(tokenizer),
-    )
+    worker = _worker(worker_id, config, model, tokenizer, judge, transport)
     reporter = threading.Thread(target=_report, args=(worker, run_dir, stop), daemon=True)
     reporter.start()
     if working is not None:
@@ -154,6 +139,30 @@ def run_worker(
         worker.run(stop)
     finally:
         transport.close()
+
+
+def _worker(
+    worker_id: str,
+    config: RunConfigBase,
+    model: Qwen,
+    tokenizer: Tokenizer,
+    judge: Judge,
+    transport: Transport,
+) -> InferenceWorker:
+    """An inference worker of the run on ``transport`` (a thread's or a process's)."""
+    return InferenceWorker(
+        worker_id,
+        model=model,
+        tokenizer=tokenizer,
+        judge=judge,
+        store=transport.parameter_store(),
+        prompts=transport.queue("prompts"),
+        rollouts=transport.queue("rollouts"),
+        rollout=config.rollout,
+        staleness=config.staleness,
+        seed=config.run.seed,
+        stop_token_ids=components.stop_token_ids(tokenizer),
+    )
 
 
 def _report(worker: InferenceWorker, run_dir: Path, stop: threading.Event) -> None:

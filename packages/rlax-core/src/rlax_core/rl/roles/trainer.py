@@ -5,16 +5,18 @@ workers supplied within the staleness bound), build the batch, train, publish th
 policy version, evaluate when due, checkpoint when due, log the step.
 
 A multi-host trainer runs this on every process (see
-:mod:`rlax_core.rl.roles.trainer_processes`): all of them build the model on the global mesh,
-warm-start, train, and checkpoint together; only the leader (process 0) has a
-controller, a parameter store, an evaluator and the metrics.
+:mod:`~rlax_core.rl.roles.trainer_processes`): all of them build the model on the global
+mesh, warm-start, train, and checkpoint together. What only the leader (process 0) does
+— the controller, the parameter store, evaluation, metrics and status — is its
+:class:`~rlax_core.rl.roles.trainer_duties.LeaderDuties`; the other processes have
+:class:`~rlax_core.rl.roles.trainer_duties.FollowerDuties`.
 """
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -23,23 +25,19 @@ from flax import nnx
 
 from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.transport import Transport
+from rlax_core.contracts.verifier import Judge
+from rlax_core.errors import RlaxError
 from rlax_core.models.params import flat_params, host_model, replace_params
-from rlax_core.models.pretrained import save_pretrained
 from rlax_core.models.qwen import Qwen
-from rlax_core.models.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
 from rlax_core.plugins.registry import Registry
 from rlax_core.rl.algorithms.batch import build_batch
 from rlax_core.rl.roles import components
-from rlax_core.rl.roles.controller import Controller
-from rlax_core.rl.roles.evaluator import Evaluator
 from rlax_core.rl.roles.learner import Learner
-from rlax_core.rl.roles.progress import StepProgress
+from rlax_core.rl.roles.trainer_duties import FollowerDuties, LeaderDuties, TrainerDuties
 from rlax_core.rl.roles.trainer_processes import TrainerProcesses
 from rlax_core.rl.roles.warm_start import warm_start
 from rlax_core.run_dir.checkpoints import CheckpointStore
 from rlax_core.run_dir.layout import prepare
-from rlax_core.run_dir.metrics import MetricsLog
-from rlax_core.run_dir.status import write_status
 
 # The warm start draws its examples from a stream of its own, so the RL cursor (and an
 # exact resume) does not depend on it.
@@ -47,7 +45,7 @@ _WARM_START_SEED_OFFSET = 0x5F7
 
 
 class TrainerRun:
-    """Everything the trainer process owns, built from the run config.
+    """Everything a trainer process owns, built from the run config.
 
     Args:
         config: the validated run config.
@@ -74,7 +72,6 @@ class TrainerRun:
         self.config = config
         self.run_dir = run_dir
         self.processes = TrainerProcesses()
-        leader = self.processes.is_leader
         self.checkpoints = CheckpointStore(run_dir / "checkpoints", keep=config.checkpoint.keep)
         resumed_from = self.checkpoints.latest_step() if resume else None
         # Every process checks the run directory (so a bad one stops them all alike);
@@ -84,34 +81,21 @@ class TrainerRun:
             config,
             resume=resume,
             has_checkpoint=self.checkpoints.latest_step() is not None,
-            write=leader,
+            write=self.processes.is_leader,
         )
         self.tokenizer = components.load_tokenizer(config, config_dir)
         self.tokenizer_dir = components.tokenizer_dir(config, config_dir)
         self.stop_token_ids = components.stop_token_ids(self.tokenizer)
         self.mesh = components.mesh_of(config)
         model = components.build_model(config, config_dir, mesh=self.mesh)
-        self.mixture = self.store = self.controller = self.metrics = None
-        self.judge = None
-        if leader:
-            assert transport is not None, "the leader needs the transport"
-            self.mixture, next_prompt = components.train_prompts(config, config_dir, self.tokenizer)
-            self.judge = components.build_judge(registry, config, run_dir)
-            self.store = transport.parameter_store()
-            self.controller = Controller(
-                next_prompt,
-                prompts=transport.queue("prompts"),
-                rollouts=transport.queue("rollouts"),
-                rollout=config.rollout,
-                staleness=config.staleness,
-                algorithm=config.algorithm,
-            )
-            self.metrics = MetricsLog(
-                run_dir,
-                resume_from_step=resumed_from,
-                wandb=config.metrics.wandb,
-                run_config=config.model_dump(mode="json"),
-            )
+        leader: LeaderDuties | None = None
+        if self.processes.is_leader:
+            if transport is None:
+                raise RlaxError("the trainer's leader process needs the run's transport")
+            leader = LeaderDuties(config, config_dir=config_dir, run_dir=run_dir,
+                                  registry=registry, transport=transport, tokenizer=self.tokenizer,
+                                  resumed_from=resumed_from, progress=progress)  # fmt: skip
+        self.duties: TrainerDuties = leader or FollowerDuties()
         self.step = 0
         self.version = 0
         self._saved_step: int | None = None
@@ -128,28 +112,21 @@ class TrainerRun:
             reference=reference,
         )
         eval_set = components.eval_prompts(config, config_dir, self.tokenizer)
-        if self.processes.distributed and eval_set:
-            # The leader evaluates alone, on a copy of the whole policy on its own device.
-            host = self.processes.host_params(flat_params(model))
-            model = host_model(model.config, host) if leader else None
-        self.evaluator = (
-            Evaluator(
-                _copy(model),
-                tokenizer=self.tokenizer,
-                judge=self.judge,
-                prompts=eval_set,
-                config=config.eval,
-                max_new_tokens=config.rollout.max_new_tokens,
-                stop_token_ids=self.stop_token_ids,
-                seed=config.run.seed,
-            )
-            if eval_set and leader
-            else None
-        )
+        if eval_set:
+            if self.processes.distributed:
+                # The leader evaluates alone, on a copy of the whole policy on its own
+                # device; gathering it is collective.
+                model = host_model(model.config, self.processes.host_params(flat_params(model)))
+            if leader is not None:
+                leader.evaluate_with(_copy(model), self.tokenizer, eval_set)
         self.resumed = resumed_from is not None
         if self.resumed:
             self._restore()
-        self._progress = StepProgress(config.trainer.total_steps, enabled=progress and leader)
+
+    @property
+    def judge(self) -> Judge | None:
+        """The run's judge (the leader's; None on the other processes of a trainer)."""
+        return self.duties.judge
 
     def worker_model(self) -> Qwen:
         """A private copy of the current policy, for an in-process inference worker."""
@@ -162,22 +139,19 @@ class TrainerRun:
         stops all of them (see :class:`TrainerProcesses`).
         """
         total = self.config.trainer.total_steps
-        if self.store is not None:
-            latest = self.store.latest()
-            if latest is not None and latest.version >= self.version:
-                self.version = latest.version + 1  # versions are never reused across restarts
+        newest = self.duties.newest_published()
+        if newest is not None and newest >= self.version:
+            self.version = newest + 1  # versions are never reused across restarts
         self.version = self.processes.share(self.version)
         host = self._publish()
-        if self.processes.is_leader:  # at once (then after every step): a fresh trainer shows
-            write_status(self.run_dir, "trainer", {"role": "trainer", "step": self.step,
-                                                   "policy_version": self.version})  # fmt: skip
+        # At once (then after every step): a fresh trainer shows in `rlax status`.
+        self.duties.report("trainer", {"step": self.step, "policy_version": self.version})
         if not self.resumed:
-            first = {"policy_version": self.version, **self._evaluate(host)}
-            if self.metrics is not None:
-                self.metrics.write(0, first)
+            self.duties.log(0, {"policy_version": self.version, **self._evaluate(host)})
             self._checkpoint()  # the warm start is never redone
-        with self._progress:
-            self._progress.update(self.step, {})
+        progress = self.duties.progress
+        with progress:
+            progress.update(self.step, {})
             while self.step < total:
                 if not self._train_one(stop):
                     break
@@ -190,21 +164,13 @@ class TrainerRun:
 
     def close(self) -> None:
         """Closes the metrics and checkpoint writers."""
-        if self.metrics is not None:
-            self.metrics.close()
+        self.duties.close()
         self.checkpoints.close()
 
     def _train_one(self, stop: threading.Event) -> bool:
         """One step (on every process); False when the run is to stop after it."""
         started = time.monotonic()
-        wait_for_batch = None
-        if self.controller is not None:
-            controller, version = self.controller, self.version
-
-            def wait_for_batch(should_stop):
-                return controller.next_batch(version, should_stop=should_stop)
-
-        groups, stopping = self.processes.next_batch(wait_for_batch, stop)
+        groups, stopping = self.processes.next_batch(self.duties.batch_source(self.version), stop)
         if groups is None:
             return False
         waited = time.monotonic() - started
@@ -212,8 +178,7 @@ class TrainerRun:
         batch, metrics = build_batch(
             groups, advantage=algorithm.advantage, overlong_filter=algorithm.overlong_filter
         )
-        if self.controller is not None:
-            metrics.update(self.controller.staleness_metrics(groups, self.version))
+        metrics.update(self.duties.batch_metrics(groups, self.version))
         train_started = time.monotonic()
         metrics.update(self.learner.train_step(batch, self.version))
         jax.block_until_ready(self.learner.params)
@@ -221,8 +186,7 @@ class TrainerRun:
         self.step += 1
         self.version += 1
         host = self._publish()
-        if self.controller is not None:
-            self.controller.renew_leases()
+        self.duties.after_publish()
         every = self.config.eval.every_steps
         if self.step == self.config.trainer.total_steps or (every and self.step % every == 0):
             metrics.update(self._evaluate(host))
@@ -237,16 +201,13 @@ class TrainerRun:
                 "throughput/train_tokens_per_s": batch.num_loss_tokens / max(train_s, 1e-9),
             }
         )
-        if self.controller is not None and self.metrics is not None:
-            metrics.update(self.controller.accounting.as_metrics())
-            self.metrics.write(self.step, metrics)
+        self.duties.log(self.step, metrics)
         if self.step % self.config.checkpoint.every_steps == 0:
             self._checkpoint()  # after the step's metrics line: a resume never loses it
-        if self.processes.is_leader:
-            rate = {"samples_per_s": metrics["throughput/samples_per_s"]}
-            status = {"role": "trainer", "step": self.step, "policy_version": self.version}
-            write_status(self.run_dir, "trainer", {**status, "throughput": rate})
-        self._progress.update(self.step, metrics)
+        rate = {"samples_per_s": metrics["throughput/samples_per_s"]}
+        status = {"step": self.step, "policy_version": self.version, "throughput": rate}
+        self.duties.report("trainer", status)
+        self.duties.progress.update(self.step, metrics)
         return not stopping
 
     def _publish(self) -> dict:
@@ -255,50 +216,36 @@ class TrainerRun:
         Collective on a multi-host trainer: every process helps gather the parameters.
         """
         host = self.processes.host_params(self.learner.flat_params())
-        if self.store is not None:
-            self.store.publish(self.version, host, {"step": self.step})
+        self.duties.publish(self.version, host, self.step)
         return host
+
+    def _policy(self, host: dict) -> Callable[[], Qwen]:
+        """Builds the current policy: the learner's model, or one from gathered ``host``."""
+        if self.processes.distributed:
+            return lambda: host_model(self.learner.config, host)
+        return lambda: self.learner.model
 
     def _export(self) -> None:
         """Writes the trained policy as a Hugging Face checkpoint: RUN_DIR/final/."""
-        model = self.learner.model
-        if self.processes.distributed:
-            host = self.processes.host_params(self.learner.flat_params())
-            model = host_model(model.config, host)
-        if not self.processes.is_leader:
-            return
-        final = self.run_dir / "final"
-        save_pretrained(model, final)
-        for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE):
-            source = self.tokenizer_dir / name
-            if source.exists():
-                shutil.copyfile(source, final / name)
+        host = self.processes.host_params(self.learner.flat_params())  # collective
+        self.duties.export(self._policy(host), self.run_dir / "final", self.tokenizer_dir)
 
     def _evaluate(self, host: dict) -> dict[str, float]:
         """Evaluates the policy whose parameters are ``host`` (on the leader only)."""
-        if self.evaluator is None:
-            return {}
-        if self.processes.distributed:
-            return self.evaluator.run(host_model(self.learner.config, host))
-        return self.evaluator.run(self.learner.model)
+        return self.duties.evaluate(self._policy(host))
 
     def _checkpoint(self) -> None:
         """Saves the RL state; collective (every process writes its shards)."""
         meta = {"step": self.step, "version": self.version, "updates": self.learner.updates}
-        if self.controller is not None:  # the leader's JSON is the checkpoint's
-            meta["mixture"] = self.mixture.state()
-            meta["controller"] = self.controller.state()
+        meta.update(self.duties.checkpoint_state())
         self.checkpoints.save(self.step, self.learner.state(), meta)
         self._saved_step = self.step
-        if self.controller is not None:
-            self.controller.acknowledge_trained()
+        self.duties.checkpointed()
 
     def _restore(self) -> None:
         state, meta = self.checkpoints.restore(self.learner.state())
         self.learner.restore(state, meta["updates"])
-        if self.controller is not None:
-            self.mixture.restore(meta["mixture"])
-            self.controller.restore(meta["controller"])
+        self.duties.restore(meta)
         self.step = meta["step"]
         self.version = meta["version"]
         self._saved_step = self.step
@@ -326,9 +273,7 @@ class TrainerRun:
             on_step=lambda step, loss: losses.append(loss),
         )
         final_loss = losses[-1] if losses else None
-        if self.processes.is_leader:
-            status = {"role": "trainer", "steps": len(losses), "final_loss": final_loss}
-            write_status(self.run_dir, "warm_start", status)
+        self.duties.report("warm_start", {"steps": len(losses), "final_loss": final_loss})
         return model
 
 

@@ -1,0 +1,263 @@
+"""What a trainer process does besides training: the leader's duties, or a follower's.
+
+Every process of a trainer trains (see :mod:`~rlax_core.rl.roles.trainer`). Only the
+leader (process 0) also talks to the outside world: it draws prompts and runs the
+controller, publishes weights, evaluates, writes metrics and status files, and holds
+the data cursor and the controller's state that go into a checkpoint. The trainer's
+loop calls the same methods on every process; :class:`LeaderDuties` does the work and
+:class:`FollowerDuties` does nothing, because a follower's batch comes from the leader
+(:meth:`~rlax_core.rl.roles.trainer_processes.TrainerProcesses.next_batch`) and its
+parameters are published by the leader.
+"""
+
+from __future__ import annotations
+
+import shutil
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rlax_core.config.run_config import RunConfigBase
+from rlax_core.contracts.transport import Transport
+from rlax_core.contracts.verifier import Judge
+from rlax_core.models.pretrained import save_pretrained
+from rlax_core.models.qwen import Qwen
+from rlax_core.models.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, Tokenizer
+from rlax_core.plugins.registry import Registry
+from rlax_core.rl.roles import components
+from rlax_core.rl.roles.controller import Controller
+from rlax_core.rl.roles.evaluator import Evaluator
+from rlax_core.rl.roles.progress import StepProgress
+from rlax_core.run_dir.metrics import MetricsLog
+from rlax_core.run_dir.status import write_status
+from rlax_core.types.rollout import RolloutGroup
+
+WaitForBatch = Callable[[Callable[[], bool]], list[RolloutGroup] | None]
+
+
+class TrainerDuties(ABC):
+    """The outside world of one trainer process; see the module docstring.
+
+    Attributes:
+        judge: the run's judge (the leader's; None on a follower).
+        progress: the progress display (shown by the leader only).
+    """
+
+    judge: Judge | None = None
+    progress: StepProgress
+
+    @abstractmethod
+    def newest_published(self) -> int | None:
+        """The newest version in the parameter store (a restarted trainer goes past it)."""
+
+    @abstractmethod
+    def batch_source(self, version: int) -> WaitForBatch | None:
+        """How to wait for the next batch trained at ``version``; None: from the leader."""
+
+    @abstractmethod
+    def publish(self, version: int, params: Mapping[str, Any], step: int) -> None:
+        """Publishes the policy's host parameters as ``version``."""
+
+    @abstractmethod
+    def batch_metrics(self, groups: list[RolloutGroup], version: int) -> dict[str, float]:
+        """Metrics of the batch that the controller alone knows (staleness)."""
+
+    @abstractmethod
+    def after_publish(self) -> None:
+        """Work due after each published version (renewing the held leases)."""
+
+    @abstractmethod
+    def evaluate(self, policy: Callable[[], Qwen]) -> dict[str, float]:
+        """Evaluation metrics of the policy ``policy()`` builds (called only if evaluating)."""
+
+    @abstractmethod
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Writes the step's metrics (with the controller's accounting)."""
+
+    @abstractmethod
+    def report(self, name: str, fields: dict[str, Any]) -> None:
+        """Writes the status file ``name`` (``rlax status`` shows it)."""
+
+    @abstractmethod
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The JSON part of a checkpoint that only the leader holds."""
+
+    @abstractmethod
+    def restore(self, meta: Mapping[str, Any]) -> None:
+        """Restores the leader's part of a checkpoint's JSON."""
+
+    @abstractmethod
+    def checkpointed(self) -> None:
+        """Notes that a checkpoint now holds every batch trained so far."""
+
+    @abstractmethod
+    def export(self, model: Callable[[], Qwen], final: Path, tokenizer_dir: Path) -> None:
+        """Writes the trained policy ``model()`` as a Hugging Face checkpoint in ``final``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Closes the metrics writers."""
+
+
+class LeaderDuties(TrainerDuties):
+    """Process 0's duties: prompts and the controller, the store, evaluation, metrics.
+
+    Args:
+        config: the run config.
+        config_dir: where the config's relative paths start.
+        run_dir: the run directory.
+        registry: the installed plugins (the judge).
+        transport: the run's store and queues.
+        tokenizer: encodes prompts and decodes completions for the judge.
+        resumed_from: the checkpoint step the run resumes from (None: a fresh run).
+        progress: show the progress display.
+    """
+
+    def __init__(
+        self,
+        config: RunConfigBase,
+        *,
+        config_dir: Path,
+        run_dir: Path,
+        registry: Registry,
+        transport: Transport,
+        tokenizer: Tokenizer,
+        resumed_from: int | None,
+        progress: bool,
+    ) -> None:
+        self._run_dir = run_dir
+        self._eval_config = config
+        self.mixture, next_prompt = components.train_prompts(config, config_dir, tokenizer)
+        self.judge = components.build_judge(registry, config, run_dir)
+        self.store = transport.parameter_store()
+        self.controller = Controller(
+            next_prompt,
+            prompts=transport.queue("prompts"),
+            rollouts=transport.queue("rollouts"),
+            rollout=config.rollout,
+            staleness=config.staleness,
+            algorithm=config.algorithm,
+        )
+        self.metrics = MetricsLog(
+            run_dir,
+            resume_from_step=resumed_from,
+            wandb=config.metrics.wandb,
+            run_config=config.model_dump(mode="json"),
+        )
+        self.evaluator: Evaluator | None = None
+        self.progress = StepProgress(config.trainer.total_steps, enabled=progress)
+
+    def evaluate_with(
+        self, model: Qwen, tokenizer: Tokenizer, prompts: list[components.Prompt]
+    ) -> None:
+        """Evaluates on ``prompts`` from now on, sampling with (a copy of) ``model``."""
+        config = self._eval_config
+        self.evaluator = Evaluator(
+            model,
+            tokenizer=tokenizer,
+            judge=self.judge,
+            prompts=prompts,
+            config=config.eval,
+            max_new_tokens=config.rollout.max_new_tokens,
+            stop_token_ids=components.stop_token_ids(tokenizer),
+            seed=config.run.seed,
+        )
+
+    def newest_published(self) -> int | None:
+        latest = self.store.latest()
+        return None if latest is None else latest.version
+
+    def batch_source(self, version: int) -> WaitForBatch:
+        controller = self.controller
+
+        def wait_for_batch(should_stop: Callable[[], bool]) -> list[RolloutGroup] | None:
+            return controller.next_batch(version, should_stop=should_stop)
+
+        return wait_for_batch
+
+    def publish(self, version: int, params: Mapping[str, Any], step: int) -> None:
+        self.store.publish(version, params, {"step": step})
+
+    def batch_metrics(self, groups: list[RolloutGroup], version: int) -> dict[str, float]:
+        return self.controller.staleness_metrics(groups, version)
+
+    def after_publish(self) -> None:
+        self.controller.renew_leases()
+
+    def evaluate(self, policy: Callable[[], Qwen]) -> dict[str, float]:
+        return {} if self.evaluator is None else self.evaluator.run(policy())
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        if step > 0:
+            metrics.update(self.controller.accounting.as_metrics())
+        self.metrics.write(step, metrics)
+
+    def report(self, name: str, fields: dict[str, Any]) -> None:
+        write_status(self._run_dir, name, {"role": "trainer", **fields})
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {"mixture": self.mixture.state(), "controller": self.controller.state()}
+
+    def restore(self, meta: Mapping[str, Any]) -> None:
+        self.mixture.restore(meta["mixture"])
+        self.controller.restore(meta["controller"])
+
+    def checkpointed(self) -> None:
+        self.controller.acknowledge_trained()
+
+    def export(self, model: Callable[[], Qwen], final: Path, tokenizer_dir: Path) -> None:
+        save_pretrained(model(), final)
+        for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE):
+            source = tokenizer_dir / name
+            if source.exists():
+                shutil.copyfile(source, final / name)
+
+    def close(self) -> None:
+        self.metrics.close()
+
+
+class FollowerDuties(TrainerDuties):
+    """The duties of a process other than the leader: none (it trains what it is sent)."""
+
+    def __init__(self) -> None:
+        self.progress = StepProgress(0, enabled=False)
+
+    def newest_published(self) -> int | None:
+        return None  # the leader's answer is shared with every process
+
+    def batch_source(self, version: int) -> None:
+        return None
+
+    def publish(self, version: int, params: Mapping[str, Any], step: int) -> None:
+        return None
+
+    def batch_metrics(self, groups: list[RolloutGroup], version: int) -> dict[str, float]:
+        return {}
+
+    def after_publish(self) -> None:
+        return None
+
+    def evaluate(self, policy: Callable[[], Qwen]) -> dict[str, float]:
+        return {}
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        return None
+
+    def report(self, name: str, fields: dict[str, Any]) -> None:
+        return None
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {}  # the leader's JSON is the checkpoint's
+
+    def restore(self, meta: Mapping[str, Any]) -> None:
+        return None
+
+    def checkpointed(self) -> None:
+        return None
+
+    def export(self, model: Callable[[], Qwen], final: Path, tokenizer_dir: Path) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
