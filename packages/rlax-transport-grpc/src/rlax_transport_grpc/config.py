@@ -6,6 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rlax_core.kit.transport import NetworkTransportSettings
+
 
 class GrpcServerSettings(BaseModel):
     """What only the parameter server (``rlax serve param-server --transport grpc``) reads."""
@@ -31,23 +33,13 @@ class GrpcServerSettings(BaseModel):
     )
 
 
-class GrpcTransportConfig(BaseModel):
+class GrpcTransportConfig(NetworkTransportSettings):
     """Parameter server and queues as one gRPC service, run with `rlax serve param-server`."""
-
-    model_config = ConfigDict(extra="forbid")
 
     address: str = Field(
         default="127.0.0.1:50051",
         pattern=r"^[^:\s]+:\d+$",
         description="host:port of the parameter server (the server listens there).",
-    )
-    namespace: str = Field(
-        default="rlax",
-        pattern=r"^[A-Za-z0-9_-]+$",
-        description="Runs sharing one server keep apart by namespace.",
-    )
-    keep_versions: int = Field(
-        default=2, ge=1, description="Policy versions the server retains (a server setting)."
     )
     chunk_mb: int = Field(
         default=1,
@@ -58,16 +50,6 @@ class GrpcTransportConfig(BaseModel):
     )
     max_item_mb: int = Field(
         default=16, ge=1, le=1024, description="Largest queue item payload in MiB."
-    )
-    dedupe_window_s: float = Field(
-        default=3600.0,
-        gt=0,
-        description="Seconds an acked item id is remembered, so a duplicate put is ignored.",
-    )
-    max_deliveries: int | None = Field(
-        default=None,
-        ge=1,
-        description="Drop a queue item after this many deliveries without an ack (null: never).",
     )
     token: str | None = Field(
         default=None,
@@ -81,14 +63,6 @@ class GrpcTransportConfig(BaseModel):
         default=True,
         description="Fetch weights over the server's bulk port when it has one (falls back "
         "to the gRPC stream when the port cannot be reached).",
-    )
-    connect_timeout_s: float = Field(
-        default=5.0, gt=0, description="Seconds to reach the server the first time."
-    )
-    reconnect_timeout_s: float = Field(
-        default=30.0,
-        gt=0,
-        description="Seconds a call waits for an unreachable server to come back before failing.",
     )
     server: GrpcServerSettings = Field(
         default_factory=GrpcServerSettings, description="Read only by the server."

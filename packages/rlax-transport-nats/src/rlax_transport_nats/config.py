@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rlax_core.kit.transport import NetworkTransportSettings
+
 
 class NatsServerSettings(BaseModel):
     """How ``rlax serve param-server --transport nats`` starts a nats-server, when none runs."""
@@ -29,23 +31,13 @@ class NatsServerSettings(BaseModel):
     )
 
 
-class NatsTransportConfig(BaseModel):
+class NatsTransportConfig(NetworkTransportSettings):
     """Parameter store and queues on NATS JetStream; processes may run on any hosts."""
-
-    model_config = ConfigDict(extra="forbid")
 
     servers: list[str] = Field(
         default_factory=lambda: ["nats://127.0.0.1:4222"],
         min_length=1,
         description="NATS server URLs (nats:// or tls://); the client fails over between them.",
-    )
-    namespace: str = Field(
-        default="rlax",
-        pattern=r"^[A-Za-z0-9_-]+$",
-        description="Prefix of every stream and subject; runs sharing a server need distinct ones.",
-    )
-    keep_versions: int = Field(
-        default=2, ge=1, description="Policy versions the parameter store retains."
     )
     chunk_mb: int = Field(
         default=8,
@@ -59,16 +51,6 @@ class NatsTransportConfig(BaseModel):
             "Where JetStream keeps the weights: file (they survive a server restart) or "
             "memory (faster fetches; a server restart empties the store until the next publish)."
         ),
-    )
-    dedupe_window_s: float = Field(
-        default=3600.0,
-        gt=0,
-        description="Seconds a queue item id is remembered, so a duplicate put is ignored.",
-    )
-    max_deliveries: int | None = Field(
-        default=None,
-        ge=1,
-        description="Drop a queue item after this many deliveries without an ack (null: never).",
     )
     lease_tick_s: float = Field(
         default=5.0,
@@ -88,14 +70,6 @@ class NatsTransportConfig(BaseModel):
         default=None, description="Client certificate (PEM), where the server asks for one."
     )
     tls_key_file: Path | None = Field(default=None, description="Private key of tls_cert_file.")
-    connect_timeout_s: float = Field(
-        default=5.0, gt=0, description="Seconds to establish the first connection."
-    )
-    reconnect_timeout_s: float = Field(
-        default=30.0,
-        gt=0,
-        description="Seconds a call waits for a lost connection to come back before failing.",
-    )
     server: NatsServerSettings = Field(
         default_factory=NatsServerSettings,
         description="Used only by `rlax serve` when it starts a nats-server itself.",

@@ -8,6 +8,8 @@
   of :mod:`rlax_core.tensors`.
 - Waiting for versions: :class:`VersionWatch` (the newest version a client heard of,
   what ``wait_for_newer`` waits on).
+- Settings: :class:`TransportSettings` and :class:`NetworkTransportSettings`, the fields
+  every transport's config shares (retention, delivery rules, namespace, timeouts).
 - :class:`LazyTransport`: one connection per process, the store and queues on it; a
   plugin fills in how to connect.
 - Serving: :class:`InProcParameterStore` (versions in memory: retention, atomic
@@ -43,6 +45,7 @@ from rlax_core.transport.inproc.queue import InProcQueue
 from rlax_core.transport.lazy import LazyTransport
 from rlax_core.transport.lease_table import LeaseTable, QueueJournal
 from rlax_core.transport.publishing import PreparedVersion, check_version_number, prepare_version
+from rlax_core.transport.settings import NetworkTransportSettings, TransportSettings
 from rlax_core.transport.version_watch import VersionWatch
 
 __all__ = [
@@ -53,8 +56,10 @@ __all__ = [
     "IncomingChecksum",
     "LazyTransport",
     "LeaseTable",
+    "NetworkTransportSettings",
     "PreparedVersion",
     "QueueJournal",
+    "TransportSettings",
     "VersionWatch",
     "as_host_array",
     "byte_view",

@@ -4,31 +4,14 @@ from __future__ import annotations
 
 import threading
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from rlax_core.contracts.transport import Transport
 from rlax_core.transport.inproc.parameter_store import InProcParameterStore
 from rlax_core.transport.inproc.queue import InProcQueue
+from rlax_core.transport.settings import TransportSettings
 
 
-class InProcTransportConfig(BaseModel):
+class InProcTransportConfig(TransportSettings):
     """Trainer and workers are threads of one process and share memory. No services."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    keep_versions: int = Field(
-        default=2, ge=1, description="Policy versions the parameter store retains."
-    )
-    dedupe_window_s: float = Field(
-        default=3600.0,
-        gt=0,
-        description="Seconds an acked item id is remembered, so a duplicate put is ignored.",
-    )
-    max_deliveries: int | None = Field(
-        default=None,
-        ge=1,
-        description="Drop a queue item after this many deliveries without an ack (null: never).",
-    )
 
 
 class InProcTransport(Transport):
