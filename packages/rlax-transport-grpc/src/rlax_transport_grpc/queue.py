@@ -11,6 +11,7 @@ import grpc
 
 from rlax_core.contracts.queue import Queue
 from rlax_core.errors import TransportClosedError
+from rlax_core.kit.transport import queue_item
 from rlax_core.types.lease import Lease, QueueStats
 from rlax_transport_grpc.channel import GrpcChannel
 from rlax_transport_grpc.config import GrpcTransportConfig
@@ -69,11 +70,8 @@ class GrpcQueue(Queue):
 
     def put(self, item_id: str, payload: bytes) -> bool:
         self._check_open()
-        if not isinstance(item_id, str) or not item_id:
-            raise TypeError(f"item ids must be non-empty strings, got {item_id!r}")
-        if not isinstance(payload, bytes | bytearray | memoryview):
-            raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
-        request = pb.PutRequest(queue=self._name, item_id=item_id, payload=bytes(payload))
+        data = queue_item(item_id, payload)
+        request = pb.PutRequest(queue=self._name, item_id=item_id, payload=data)
         reply = self._unary("put", self._ch.queues.Put, request)
         return reply.added
 

@@ -34,6 +34,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType,
 
 from rlax_core.contracts.queue import Queue
 from rlax_core.errors import LeaseExpiredError, TransportClosedError
+from rlax_core.kit.transport import queue_item
 from rlax_core.types.lease import Lease, QueueStats
 from rlax_transport_nats.config import NatsTransportConfig
 from rlax_transport_nats.connection import NatsConnection, api_error
@@ -105,11 +106,7 @@ class NatsQueue(Queue):
 
     def put(self, item_id: str, payload: bytes) -> bool:
         self._check_open()
-        if not isinstance(item_id, str) or not item_id:
-            raise TypeError(f"item ids must be non-empty strings, got {item_id!r}")
-        if not isinstance(payload, bytes | bytearray | memoryview):
-            raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
-        data = bytes(payload)
+        data = queue_item(item_id, payload)
 
         async def publish() -> Any:
             return await self._conn.js.publish(

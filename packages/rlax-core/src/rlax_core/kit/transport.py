@@ -16,7 +16,7 @@
   visibility, waiting; :meth:`~InProcParameterStore.adopt` takes arrays a server has
   received) and :class:`LeaseTable` (a queue's leases, redelivery and
   de-duplication, with an optional :class:`QueueJournal` to keep it across restarts),
-  with :class:`InProcQueue` clients of a table.
+  with :class:`InProcQueue` clients of a table; :func:`queue_item` checks a ``put``.
 - Processes: :func:`reuse_transfer_buffers` (malloc settings for processes that stream
   weights through short-lived buffers), :func:`signal_when_parent_dies`.
 """
@@ -43,7 +43,7 @@ from rlax_core.transport.host_memory import reuse_transfer_buffers
 from rlax_core.transport.inproc.parameter_store import InProcParameterStore
 from rlax_core.transport.inproc.queue import InProcQueue
 from rlax_core.transport.lazy import LazyTransport
-from rlax_core.transport.lease_table import LeaseTable, QueueJournal
+from rlax_core.transport.lease_table import LeaseTable, QueueJournal, queue_item
 from rlax_core.transport.publishing import PreparedVersion, check_version_number, prepare_version
 from rlax_core.transport.settings import NetworkTransportSettings, TransportSettings
 from rlax_core.transport.version_watch import VersionWatch
@@ -69,6 +69,7 @@ __all__ = [
     "fetch_destinations",
     "manifest_checksum",
     "prepare_version",
+    "queue_item",
     "reuse_transfer_buffers",
     "signal_when_parent_dies",
     "tensor_checksum",

@@ -23,6 +23,19 @@ from rlax_core.errors import LeaseExpiredError
 from rlax_core.types.lease import Lease, QueueStats
 
 
+def queue_item(item_id: object, payload: object) -> bytes:
+    """``payload`` as bytes, once the arguments of a ``put`` are checked.
+
+    Raises:
+        TypeError: the id is not a non-empty string, or the payload is not bytes-like.
+    """
+    if not isinstance(item_id, str) or not item_id:
+        raise TypeError(f"item ids must be non-empty strings, got {item_id!r}")
+    if not isinstance(payload, bytes | bytearray | memoryview):
+        raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+    return bytes(payload)
+
+
 class QueueJournal(Protocol):
     """Where a queue records its changes, so a server restarted on the journal keeps them.
 
@@ -94,15 +107,12 @@ class LeaseTable:
         self._tokens = itertools.count(1)
 
     def put(self, item_id: str, payload: bytes) -> bool:
-        if not isinstance(item_id, str) or not item_id:
-            raise TypeError(f"item ids must be non-empty strings, got {item_id!r}")
-        if not isinstance(payload, bytes | bytearray | memoryview):
-            raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+        payload = queue_item(item_id, payload)
         with self.cond:
             self._forget_old_ids()
             if item_id in self._payloads or item_id in self._done:
                 return False
-            self._payloads[item_id] = bytes(payload)
+            self._payloads[item_id] = payload
             self._deliveries[item_id] = 0
             self._ready.append(item_id)
             if self._journal is not None:
