@@ -1,17 +1,10 @@
 """The parameter store on JetStream: chunk messages first, the manifest last.
 
-Layout, per namespace ``ns``:
-
-* stream ``RLAX_<ns>_PARAM_DATA``: one message per chunk of raw tensor bytes on subject
-  ``rlax.<ns>.params.data.<version>.<upload>.<tensor>.<chunk>``, where ``upload`` is
-  random per publish call, so racing publishers never overwrite each other's chunks
-  (one message per subject, so re-sending a chunk after a reconnect replaces it);
-* stream ``RLAX_<ns>_PARAMS``: one JSON manifest per version on
-  ``rlax.<ns>.params.manifest.<version>``, keeping the last ``keep_versions``.
-
-A version is visible once its manifest exists, and the manifest is written after every
-chunk is stored, with ``Nats-Expected-Last-Sequence``, so two publishers cannot both
-win and a version never goes back. Readers fetch chunks one at a time by subject
+The layout (a data stream of chunks and a manifest stream, per namespace) is in
+:mod:`~rlax_transport_nats.param_streams`. A version is visible once its manifest
+exists, and the manifest is written after every chunk is stored, with
+``Nats-Expected-Last-Sequence``, so two publishers cannot both win and a version never
+goes back. Readers fetch chunks one at a time by subject
 (direct get) straight into the destination arrays and verify every tensor's XXH3
 checksum. Watchers subscribe to the manifest subjects: JetStream publishes are plain
 NATS messages too, so every client hears of a new version at once, without polling.
@@ -21,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import secrets
 import threading
 import time
@@ -30,12 +22,10 @@ from typing import Any, TypeVar
 
 import nats.js.errors
 import numpy as np
-from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
 from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
 from rlax_core.errors import (
     ChecksumMismatchError,
-    ConfigError,
     TransportClosedError,
     TransportUnreachableError,
     VersionConflictError,
@@ -51,11 +41,11 @@ from rlax_core.kit.transport import (
 from rlax_core.types.policy import PolicyVersion
 from rlax_transport_nats.bulk import BulkConnection, BulkUnavailableError, ChunkNotFoundError
 from rlax_transport_nats.config import NatsTransportConfig
-from rlax_transport_nats.connection import NatsConnection, api_error
+from rlax_transport_nats.connection import NatsConnection
+from rlax_transport_nats.param_streams import ParamStreams, chunk_count
 
-# JetStream error codes: Nats-Expected-Last-Sequence did not match (another publisher
-# won); the stream does not exist (memory streams do not outlive a server restart).
-_WRONG_LAST_SEQUENCE = 10071
+# JetStream error code: the stream does not exist (memory streams do not outlive a
+# server restart).
 _STREAM_NOT_FOUND = 10059
 T = TypeVar("T")
 # Chunks of one publish in flight at once: enough to keep the server busy.
@@ -87,15 +77,10 @@ class NatsParameterStore(ParameterStore):
         self._conn = connection
         self._owns = owns_connection
         self._config = config
-        ns = config.namespace
-        self._data_stream = f"RLAX_{ns}_PARAM_DATA"
-        self._manifest_stream = f"RLAX_{ns}_PARAMS"
-        self._data_prefix = f"rlax.{ns}.params.data"
-        self._manifest_prefix = f"rlax.{ns}.params.manifest"
+        self._streams = ParamStreams(connection, config)
         max_payload = connection.nc.max_payload
         self._chunk_bytes = min(config.chunk_mb << 20, max_payload)
         self._heard = VersionWatch()  # the newest version heard of; the closed flag
-        self._subscription: Any = None
         self._bulk_pool: list[BulkConnection] = []
         self._bulk_lock = threading.Lock()
         try:
@@ -135,7 +120,7 @@ class NatsParameterStore(ParameterStore):
                 "upload": upload,
             }
         ).encode()
-        newest, last_seq = self._call("reading the store", self._manifest_state)
+        newest, last_seq = self._call("reading the store", self._streams.manifest_state)
         if version <= newest:
             raise VersionConflictError(
                 f"cannot publish version {version}: version {newest} was already "
@@ -144,9 +129,9 @@ class NatsParameterStore(ParameterStore):
         chunks = []
         for index, array in enumerate(arrays.values()):
             data = memoryview(array.reshape(-1).view(np.uint8))
-            for chunk in range(_chunk_count(array.nbytes, self._chunk_bytes)):
+            for chunk in range(chunk_count(array.nbytes, self._chunk_bytes)):
                 part = data[chunk * self._chunk_bytes : (chunk + 1) * self._chunk_bytes]
-                chunks.append((f"{self._data_prefix}.{version}.{upload}.{index}.{chunk}", part))
+                chunks.append((self._streams.chunk_subject(version, upload, index, chunk), part))
         try:
             # Chunks go straight from the arrays to the socket; a retry re-sends them all
             # (one message per subject, so nothing is duplicated).
@@ -154,17 +139,18 @@ class NatsParameterStore(ParameterStore):
                 f"publishing version {version}", lambda bulk: bulk.publish(chunks, _PUBLISH_WINDOW)
             )
             self._conn.call(
-                self._commit(info, manifest, last_seq),
+                self._streams.commit(info, manifest, last_seq),
                 timeout=self._config.reconnect_timeout_s + 10,
             )
         except BaseException:
             with contextlib.suppress(Exception):  # a failed publish leaves no trace
                 self._conn.call(
-                    self._purge_data(f"{version}.{upload}"), timeout=self._config.connect_timeout_s
+                    self._streams.purge(f"{version}.{upload}"),
+                    timeout=self._config.connect_timeout_s,
                 )
             raise
         with contextlib.suppress(Exception):  # committed; the next publish evicts again
-            self._conn.call(self._evict(version), timeout=self._config.reconnect_timeout_s)
+            self._conn.call(self._streams.evict(version), timeout=self._config.reconnect_timeout_s)
         return info
 
     def latest(self) -> PolicyVersion | None:
@@ -200,9 +186,9 @@ class NatsParameterStore(ParameterStore):
         for name in wanted:
             flat = memoryview(destinations[name].reshape(-1).view(np.uint8))
             nbytes = info.tensor(name).nbytes
-            for chunk in range(_chunk_count(nbytes, chunk_bytes)):
+            for chunk in range(chunk_count(nbytes, chunk_bytes)):
                 start = chunk * chunk_bytes
-                subject = f"{self._data_prefix}.{version}.{upload}.{index[name]}.{chunk}"
+                subject = self._streams.chunk_subject(version, upload, index[name], chunk)
                 # Straight into the destination: no chunk is held anywhere else.
                 requests.append((subject, flat[start : min(start + chunk_bytes, nbytes)]))
                 owners.append((name, chunk))
@@ -215,7 +201,7 @@ class NatsParameterStore(ParameterStore):
         def fetch_all(bulk: BulkConnection) -> list[int]:
             checksums.update({name: IncomingChecksum() for name in wanted})  # per attempt
             window = max(1, min(_FETCH_WINDOW, _FETCH_IN_FLIGHT_BYTES // max(chunk_bytes, 1)))
-            return bulk.fetch_many(self._data_stream, requests, window, received)
+            return bulk.fetch_many(self._streams.data_stream, requests, window, received)
 
         try:
             sizes = self._with_bulk(f"fetch of version {version}", fetch_all)
@@ -254,14 +240,7 @@ class NatsParameterStore(ParameterStore):
     # -- reading --
 
     def _versions(self) -> list[int]:
-        async def list_versions() -> list[int]:
-            info = await self._conn.js.stream_info(
-                self._manifest_stream, subjects_filter=f"{self._manifest_prefix}.*"
-            )
-            subjects = info.state.subjects or {}
-            return sorted(int(s.rsplit(".", 1)[1]) for s in subjects)
-
-        return self._call("listing the policy versions", list_versions)
+        return self._call("listing the policy versions", self._streams.versions)
 
     def manifest_of(self, version: int) -> tuple[PolicyVersion, int, str]:
         """The manifest of a version, its chunk size and the subject token of its upload.
@@ -273,10 +252,12 @@ class NatsParameterStore(ParameterStore):
         return self._manifest(version)
 
     def _manifest(self, version: int) -> tuple[PolicyVersion, int, str]:
-        subject = f"{self._manifest_prefix}.{version}"
+        subject = self._streams.manifest_subject(version)
 
         async def get() -> Any:
-            return await self._conn.js.get_msg(self._manifest_stream, subject=subject, direct=True)
+            return await self._conn.js.get_msg(
+                self._streams.manifest_stream, subject=subject, direct=True
+            )
 
         try:
             message = self._call(f"reading the manifest of version {version}", get)
@@ -326,91 +307,10 @@ class NatsParameterStore(ParameterStore):
                     self._bulk_pool.append(bulk)
             return result
 
-    # -- writing (on the connection's loop) --
-
-    async def _manifest_state(self) -> tuple[int, int]:
-        """(newest version, last sequence) of the manifest stream."""
-        stream = await self._conn.js.stream_info(
-            self._manifest_stream, subjects_filter=f"{self._manifest_prefix}.*"
-        )
-        versions = [int(s.rsplit(".", 1)[1]) for s in (stream.state.subjects or {})]
-        return (max(versions) if versions else -1), stream.state.last_seq
-
-    async def _commit(self, info: PolicyVersion, manifest: bytes, last_seq: int) -> None:
-        subject = f"{self._manifest_prefix}.{info.version}"
-        headers = {
-            "Nats-Expected-Last-Sequence": str(last_seq),
-            "Nats-Msg-Id": f"manifest-{info.version}-{info.checksum}",
-        }
-        try:
-            await self._conn.retrying(
-                f"committing version {info.version}",
-                lambda: self._conn.js.publish(subject, manifest, headers=headers),
-            )
-        except nats.js.errors.APIError as exc:
-            if exc.err_code == _WRONG_LAST_SEQUENCE:
-                raise VersionConflictError(
-                    f"cannot publish version {info.version}: another publisher committed a "
-                    "version meanwhile"
-                ) from None
-            raise api_error(f"committing version {info.version}", self._conn.address, exc) from exc
-
-    async def _purge_data(self, tokens: str) -> None:
-        with contextlib.suppress(
-            Exception
-        ):  # best effort: unreferenced chunks are purged by later publishes
-            await self._conn.js.purge_stream(
-                self._data_stream, subject=f"{self._data_prefix}.{tokens}.>"
-            )
-
-    async def _evict(self, published: int) -> None:
-        """Purges the chunks of versions older than ``published`` whose manifest is gone."""
-        manifests = await self._conn.js.stream_info(
-            self._manifest_stream, subjects_filter=f"{self._manifest_prefix}.*"
-        )
-        retained = {int(s.rsplit(".", 1)[1]) for s in (manifests.state.subjects or {})}
-        data = await self._conn.js.stream_info(
-            self._data_stream, subjects_filter=f"{self._data_prefix}.*.*.0.0"
-        )
-        stored = {int(s.split(".")[-4]) for s in (data.state.subjects or {})}
-        for version in sorted(stored - retained):
-            if version < published:
-                await self._purge_data(str(version))
-
     # -- setup and notifications --
 
     async def _setup(self) -> None:
-        js = self._conn.js
-        storage = StorageType(self._config.weight_storage)
-        await _ensure_stream(
-            js,
-            StreamConfig(
-                name=self._data_stream,
-                subjects=[f"{self._data_prefix}.>"],
-                storage=storage,
-                max_msgs_per_subject=1,
-                allow_direct=True,
-                discard=DiscardPolicy.OLD,
-            ),
-            self._conn.address,
-        )
-        await _ensure_stream(
-            js,
-            StreamConfig(
-                name=self._manifest_stream,
-                subjects=[f"{self._manifest_prefix}.*"],
-                storage=storage,
-                max_msgs=self._config.keep_versions,
-                max_msgs_per_subject=1,
-                allow_direct=True,
-                duplicate_window=120.0,
-            ),
-            self._conn.address,
-        )
-        if self._subscription is None:
-            self._subscription = await self._conn.nc.subscribe(
-                f"{self._manifest_prefix}.*", cb=self._on_manifest
-            )
+        await self._streams.setup(self._on_manifest)
 
     async def _on_manifest(self, message: Any) -> None:
         try:
@@ -443,7 +343,7 @@ class NatsParameterStore(ParameterStore):
 
     async def _catch_up(self) -> None:
         """After a reconnect: versions published while we were away wake waiters too."""
-        newest, _ = await self._manifest_state()
+        newest, _ = await self._streams.manifest_state()
         self._heard.heard(newest)
 
     def _check_open(self) -> None:
@@ -451,28 +351,3 @@ class NatsParameterStore(ParameterStore):
             raise TransportClosedError(
                 f"this client of the parameter store on NATS at {self._conn.address} is closed"
             )
-
-
-async def _ensure_stream(js: Any, config: StreamConfig, address: str) -> None:
-    try:
-        info = await js.stream_info(config.name)
-    except nats.js.errors.NotFoundError:
-        with contextlib.suppress(
-            nats.js.errors.BadRequestError
-        ):  # another client created it meanwhile
-            await js.add_stream(config)
-        return
-    # JetStream cannot move a stream between file and memory storage.
-    have, want = StorageType(info.config.storage or "file").value, config.storage.value
-    if have != want:
-        raise ConfigError(
-            f"stream {config.name} on NATS at {address} keeps its messages in {have} storage, "
-            f"but weight_storage is {want}: set weight_storage: {have}, use another "
-            f"namespace, or delete the stream (nats stream rm {config.name})"
-        )
-
-
-def _chunk_count(nbytes: int, chunk_bytes: int) -> int:
-    # Every tensor has at least one chunk message (empty tensors an empty one), so
-    # "<version>.<upload>.0.0" marks every version that has data in the stream.
-    return max(1, math.ceil(nbytes / chunk_bytes))
