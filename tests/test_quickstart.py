@@ -1,9 +1,10 @@
-"""The main job: the quickstart learns, visibly, and the gain is RL's own."""
+"""The main job: the README's first command runs the quickstart, which learns, visibly, and
+the gain is RL's own."""
 
 from __future__ import annotations
 
+import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,13 @@ pytestmark = pytest.mark.slow
 
 def test_quickstart_raises_held_out_pass_at_1_by_25_points(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "rlax_core.cli", "train", str(REPO / "examples" / "quickstart.yaml"),
-         "--run-dir", str(tmp_path / "run"), "--no-progress"],
+        [str(REPO / "scripts" / "quickstart"), "--no-progress"],
+        env={**os.environ, "RLAX_RUN_DIR": str(tmp_path / "run")},
         capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
+    assert "held-out pass@1 by RL step: 0: " in result.stdout
+    assert sorted(p.name for p in (tmp_path / "run" / "plots").glob("*.png"))  # rlax plot ran
     evals = [
         (r["step"], r["eval/pass@1"]) for r in read_metrics(tmp_path / "run") if "eval/pass@1" in r
     ]
