@@ -66,8 +66,8 @@ def test_no_code_and_broken_problems(local_sandbox: LocalSandbox) -> None:
     )
     assert [(v.status, v.reward) for v in verdicts] == [
         (VerdictStatus.CE, 0.0),
-        (VerdictStatus.SE, None),
-        (VerdictStatus.SE, None),
+        (VerdictStatus.IE, None),  # invalid problems: not a sandbox failure, not retried
+        (VerdictStatus.IE, None),
     ]
     assert "not valid Python" in verdicts[2].message
 

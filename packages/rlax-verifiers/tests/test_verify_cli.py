@@ -1,4 +1,5 @@
-"""``rlax verify``: JSONL in, verdicts out in input order; bad lines don't stop the batch."""
+"""``rlax verify``: JSONL in, verdicts out in input order; invalid lines are IE, named, and
+stop the command unless --keep-going."""
 
 from __future__ import annotations
 
@@ -38,20 +39,24 @@ def test_verify_judges_every_line_in_order(tmp_path: Path, capsys: pytest.Captur
         ],
     )
     out = tmp_path / "out.jsonl"
-    assert (
-        main(["verify", "--backend", "local", "--workers", "2", str(source), "--out", str(out)])
-        == 0
-    )
+    command = ["verify", "--backend", "local", "--workers", "2", str(source), "--out", str(out)]
+    # Without --keep-going, invalid lines stop the command before anything is judged.
+    assert main(command) == 2
+    refused = capsys.readouterr().err
+    assert "4 of 8 lines are invalid" in refused and "--keep-going" in refused
+    assert "invalid: line 3: not JSON" in refused
+    assert not out.exists()
+    assert main([*command, "--keep-going"]) == 2  # judged, and still says the input was bad
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["id"], r["verdict"], r["reward"]) for r in rows] == [
         ("a", "AC", 1.0),
         ("b", "AC", 1.0),
-        (None, "SE", None),
-        ("d", "SE", None),
-        ("e", "SE", None),
+        (None, "IE", None),
+        ("d", "IE", None),
+        ("e", "IE", None),
         ("f", "WA", 0.0),
-        ("g", "SE", None),
-        (None, "SE", None),
+        ("g", "IE", None),
+        (None, "IE", None),
     ]
     assert rows[0]["tests"][0]["verdict"] == "AC" and rows[0]["tests"][0]["time_s"] > 0
     assert rows[0]["tests"][0]["memory_mb"] > 0
@@ -59,7 +64,7 @@ def test_verify_judges_every_line_in_order(tmp_path: Path, capsys: pytest.Captur
     assert "no judge for problem kind 'poetry'" in rows[3]["message"]
     assert "not a valid code problem" in rows[4]["message"]
     assert "'completion' must be a string" in rows[6]["message"]
-    assert "judged 8 completions: 2 AC, 5 SE, 1 WA" in capsys.readouterr().err
+    assert "judged 8 completions: 2 AC, 5 IE, 1 WA" in capsys.readouterr().err
 
 
 def test_verify_writes_stdout_and_refuses_bad_arguments(tmp_path: Path) -> None:

@@ -1,11 +1,18 @@
-"""``rlax verify --backend NAME INPUT.jsonl [--out OUTPUT.jsonl] [--workers N]``.
+"""``rlax verify --backend NAME INPUT.jsonl [--out OUTPUT.jsonl] [--workers N] [--keep-going]``.
 
 Each input line is ``{"id": ..., "problem": {...}, "completion": "..."}``; each output
 line is ``{"id": ..., "verdict": "AC", "reward": 1.0, "tests": [...], "message": ...}``,
 in input order. A problem's ``kind`` names the judge that decides it (``code``,
 ``math``, or any installed judge); ``--backend`` names the sandbox that code judges run
-programs in. Everything is built through the plugin registry. A malformed line gets an
-SE verdict with a message saying what is wrong, and the batch goes on.
+programs in. Everything is built through the plugin registry.
+
+Invalid input (a line that is not a JSON object, a missing problem or completion, a
+kind no installed judge decides, a problem its judge cannot read) is not a sandbox
+failure: it gets the IE verdict, with a message saying what is wrong. Every line is read
+before anything is judged; if any is invalid, the command lists them and exits 2
+without judging, unless ``--keep-going`` asks to judge the rest anyway (IE lines are
+written too, and the exit status is still 2). One completion that breaks its judge gets
+SE (:func:`~rlax_core.judging.judge_isolated`); the lines around it keep their verdicts.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from typing import IO, Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from rlax_core.errors import ConfigError, RlaxError
+from rlax_core.contracts.verifier import Judge
+from rlax_core.errors import ConfigError
+from rlax_core.judging import judge_isolated
 from rlax_core.plugins.manager import load_registry
 from rlax_core.plugins.registry import BuildContext, Registry
 from rlax_core.types.verdict import Verdict, VerdictStatus
@@ -41,8 +50,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("--backend", default="local", help="sandbox for code (default: local)")
     sub.add_argument("--out", type=Path, help="output JSONL file (default: stdout)")
     sub.add_argument("--workers", type=int, help="programs run at the same time")
+    sub.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="judge the valid lines even if some are invalid (they get IE; exit status 2)",
+    )
     sub.add_argument("--chunk", type=int, default=256, help=argparse.SUPPRESS)
     sub.set_defaults(handler=run)
+
+
+_LISTED = 20  # invalid lines listed before the command gives up
 
 
 @dataclass
@@ -50,6 +67,7 @@ class _Item:
     """One input line: either a (kind, problem, completion) to judge or a verdict already."""
 
     id: Any
+    where: str = ""  # "line N", for messages
     kind: str = ""
     problem: dict[str, Any] | None = None
     completion: str = ""
@@ -57,7 +75,7 @@ class _Item:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Judges the input file; exit 0 when every line got a verdict (SE included)."""
+    """Judges the input file; exit 0 when no line was invalid input (SE verdicts included)."""
     if not args.input.is_file():
         raise ConfigError(f"input file {args.input} does not exist")
     if args.workers is not None and args.workers < 1:
@@ -66,6 +84,23 @@ def run(args: argparse.Namespace) -> int:
     sandbox = _sandbox_config(registry, args.backend, args.workers)
     with args.input.open(encoding="utf-8", errors="replace") as handle:
         items = [_parse_line(n, line) for n, line in enumerate(handle, 1) if line.strip()]
+    judge_kinds = set(registry.names("judge"))
+    for item in items:
+        if item.verdict is None and item.kind not in judge_kinds:
+            item.verdict = _invalid(
+                item.id,
+                f"{item.where}: no judge for problem kind {item.kind!r} (installed judges: "
+                f"{', '.join(sorted(judge_kinds)) or 'none'})",
+            ).verdict
+    invalid = [i for i in items if i.verdict is not None]
+    if invalid and not args.keep_going:
+        for item in invalid[:_LISTED]:
+            print(f"invalid: {item.verdict.message}", file=sys.stderr)  # type: ignore[union-attr]
+        more = f" (and {len(invalid) - _LISTED} more)" if len(invalid) > _LISTED else ""
+        raise ConfigError(
+            f"{args.input}: {len(invalid)} of {len(items)} lines are invalid{more}; nothing "
+            "was judged. Fix them, or pass --keep-going to judge the rest (they get IE)"
+        )
     counts: Counter[str] = Counter()
     judges = _Judges(registry, BuildContext(registry, sandbox=sandbox))
     with ExitStack() as stack:
@@ -85,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
                 progress.advance(task, len(chunk))
     summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
     print(f"judged {len(items)} completions: {summary or 'none'}", file=sys.stderr)
-    return 0
+    return 2 if counts[VerdictStatus.IE.value] else 0
 
 
 def _sandbox_config(registry: Registry, backend: str, workers: int | None) -> Any:
@@ -96,26 +131,27 @@ def _sandbox_config(registry: Registry, backend: str, workers: int | None) -> An
 
 
 def _parse_line(number: int, line: str) -> _Item:
+    where = f"line {number}"
     try:
         record = json.loads(line)
     except ValueError as exc:
-        return _error(None, f"line {number}: not JSON ({exc})")
+        return _invalid(None, f"{where}: not JSON ({exc})")
     if not isinstance(record, dict):
-        return _error(None, f"line {number}: expected an object, got {type(record).__name__}")
+        return _invalid(None, f"{where}: expected an object, got {type(record).__name__}")
     item_id = record.get("id")
     problem, completion = record.get("problem"), record.get("completion")
     if not isinstance(problem, dict):
-        return _error(item_id, f"line {number}: 'problem' must be an object")
+        return _invalid(item_id, f"{where}: 'problem' must be an object")
     if not isinstance(completion, str):
-        return _error(item_id, f"line {number}: 'completion' must be a string")
+        return _invalid(item_id, f"{where}: 'completion' must be a string")
     kind = problem.get("kind")
     if not isinstance(kind, str) or not kind:
-        return _error(item_id, f"line {number}: the problem has no 'kind' (e.g. 'code', 'math')")
-    return _Item(item_id, kind, problem, completion)
+        return _invalid(item_id, f"{where}: the problem has no 'kind' (e.g. 'code', 'math')")
+    return _Item(item_id, where, kind, problem, completion)
 
 
-def _error(item_id: Any, message: str) -> _Item:
-    return _Item(item_id, verdict=Verdict(status=VerdictStatus.SE, reward=None, message=message))
+def _invalid(item_id: Any, message: str) -> _Item:
+    return _Item(item_id, verdict=Verdict(status=VerdictStatus.IE, reward=None, message=message))
 
 
 class _Judges:
@@ -124,8 +160,7 @@ class _Judges:
     def __init__(self, registry: Registry, context: BuildContext) -> None:
         self.registry = registry
         self.context = context
-        self.built: dict[str, Any] = {}
-        self.missing: dict[str, str] = {}
+        self.built: dict[str, Judge] = {}
 
     def judge(self, items: list[_Item]) -> None:
         """Gives every item without a verdict one, judging each kind in one call."""
@@ -135,34 +170,16 @@ class _Judges:
                 by_kind.setdefault(item.kind, []).append(item)
         for kind, group in by_kind.items():
             judge = self._get(kind)
-            if judge is None:
-                for item in group:
-                    item.verdict = _error(item.id, self.missing[kind]).verdict
-                continue
-            try:
-                verdicts = judge.judge([i.problem for i in group], [i.completion for i in group])
-            except RlaxError:
-                raise
-            except Exception as exc:  # a judge's bug must not lose the whole file
-                message = f"the {kind!r} judge failed: {type(exc).__name__}: {exc}"
-                verdicts = [Verdict(status=VerdictStatus.SE, reward=None, message=message)] * len(
-                    group
-                )
+            problems = [i.problem or {} for i in group]
+            verdicts = judge_isolated(judge, problems, [i.completion for i in group])
             for item, verdict in zip(group, verdicts, strict=True):
                 item.verdict = verdict
 
-    def _get(self, kind: str) -> Any:
-        if kind not in self.built and kind not in self.missing:
-            names = self.registry.names("judge")
-            if kind not in names:
-                self.missing[kind] = (
-                    f"no judge for problem kind {kind!r} (installed judges: "
-                    f"{', '.join(names) or 'none'})"
-                )
-                return None
+    def _get(self, kind: str) -> Judge:
+        if kind not in self.built:
             registration = self.registry.get("judge", kind)
             self.built[kind] = self.registry.build("judge", registration.config_cls(), self.context)
-        return self.built.get(kind)
+        return self.built[kind]
 
     def close(self) -> None:
         """Closes the judges built (and so their sandboxes)."""

@@ -26,6 +26,12 @@ class VerdictStatus(StrEnum):
     CE = "CE"  # compile error (or no code found)
     OLE = "OLE"  # output limit exceeded
     SE = "SE"  # sandbox / infrastructure error: retried and reported, never a silent 0
+    IE = "IE"  # invalid input: the problem or completion cannot be judged as given
+
+    @property
+    def judged(self) -> bool:
+        """Whether this is a judgement of the completion (not SE or IE, which have none)."""
+        return self not in (VerdictStatus.SE, VerdictStatus.IE)
 
 
 class TestOutcome(Record):
@@ -42,8 +48,10 @@ class TestOutcome(Record):
 class Verdict(Record):
     """The judgement of one completion of one problem.
 
-    An SE verdict has no reward (``None``): the sandbox failed, so nothing is known about
-    the completion, and the RL loop must drop or retry it rather than train on a 0.
+    SE and IE verdicts have no reward (``None``): the sandbox failed, or the problem or
+    completion could not be judged as given, so nothing is known about the completion,
+    and the RL loop must leave it out of the loss rather than train on a 0. SE is worth
+    retrying (the infrastructure may recover); IE is not (the input stays invalid).
     """
 
     status: VerdictStatus = Field(description="Overall outcome.")

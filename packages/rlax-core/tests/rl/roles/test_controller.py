@@ -232,3 +232,23 @@ def test_trained_rollouts_stay_leased_while_renewed() -> None:
     assert all(lease.seconds_left() > 0.2 for lease in controller.held.values())
     controller.acknowledge_trained()
     assert controller.held == {} and rollouts.stats().leased == 0
+
+
+def test_unjudged_completions_are_left_out_and_an_unjudged_group_is_replaced() -> None:
+    transport = InProcTransport()
+    controller = _controller(transport, k=0)
+    controller.issue(version=0)
+    first, second = "g000000000-v0", "g000000001-v0"
+    _answer(transport, version=0, rewards=(None, None), only={first})  # SE / IE: no judgement
+    _answer(transport, version=0, rewards=(1.0, None), only={second})  # one judged of two
+    # The unjudged group is dropped and counted, and a new prompt takes its slot.
+    with pytest.raises(RlaxError, match="1 of 2 rollout groups arrived"):
+        controller.next_batch(0, timeout_s=1.0)
+    assert controller.accounting.dropped_unjudged == 1
+    assert controller.accounting.unjudged_rollouts == 3
+    assert controller.accounting.issued == 3
+    assert _answer(transport, version=0) == ["g000000002-v0"]
+    batch = controller.next_batch(0, timeout_s=5)
+    assert [g.group_id for g in batch] == [second, "g000000002-v0"]
+    metrics = controller.accounting.as_metrics()
+    assert (metrics["groups/dropped_unjudged"], metrics["rollouts/unjudged"]) == (1.0, 3.0)

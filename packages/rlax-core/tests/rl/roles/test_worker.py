@@ -57,3 +57,43 @@ def test_the_worker_rescores_the_configured_groups_of_each_batch(checked: int) -
     gaps = [results[f"g{i}"] for i in range(3)]
     assert all(g is not None and g < 1e-5 for g in gaps[:checked])  # fp32: sampler = forward
     assert gaps[checked:] == [None] * (3 - checked)
+
+
+class _BrittleJudge(_LengthJudge):
+    """The length judge, except that it raises on any batch holding a problem it chokes on
+    (as a judge's bug on one odd input would)."""
+
+    def judge(self, problems, completions):
+        if any(p.get("answer") == "1e999999" for p in problems):
+            raise OverflowError("integer division result too large for a float")
+        return super().judge(problems, completions)
+
+
+def test_a_judge_that_raises_on_one_problem_costs_that_problems_completions_only() -> None:
+    tokenizer = Tokenizer.from_dir(TOKENIZER)
+    model = init_model(QwenConfig.tiny(vocab_size=tokenizer.vocab_size))
+    transport = InProcTransport()
+    transport.parameter_store().publish(0, {n: a for n, a in flat_params(model).items()})
+    prompts, rollouts = transport.queue("prompts"), transport.queue("rollouts")
+    for gid, answer in (("bad", "1e999999"), ("good", "7")):
+        problem = {"kind": "math", "answer": answer}
+        group = PromptGroup(group_id=gid, prompt_id=gid, prompt_tokens=(5, 6, 7),
+                            samples_per_prompt=2, problem=problem)  # fmt: skip
+        prompts.put(gid, group.to_bytes())
+    worker = InferenceWorker(
+        "w", model=model, tokenizer=tokenizer, judge=_BrittleJudge(),
+        store=transport.parameter_store(), prompts=prompts, rollouts=rollouts,
+        rollout=RolloutSection(max_new_tokens=4, groups_per_batch=2),
+        staleness=StalenessSection(), seed=0, stop_token_ids=(),
+    )  # fmt: skip
+    assert worker.step(threading.Event())  # no exception: the worker lives on
+    results = {}
+    while (lease := rollouts.get(30.0, timeout=0)) is not None:
+        group = RolloutGroup.from_bytes(lease.payload)
+        results[group.group_id] = group.rollouts
+    assert sorted(results) == ["bad", "good"]
+    assert [(r.verdict.status, r.reward) for r in results["bad"]] == [(VerdictStatus.SE, None)] * 2
+    assert "OverflowError" in results["bad"][0].verdict.message
+    for rollout in results["good"]:
+        text = tokenizer.decode(rollout.completion_tokens, skip_special_tokens=True)
+        assert rollout.verdict == _LengthJudge().judge([{}], [text])[0]

@@ -101,9 +101,9 @@ class CodeJudge(Judge):
     def _plan(self, index: int, raw: Mapping[str, Any], completion: str) -> _Plan:
         try:
             problem = parse_problem(raw)
-        except ProblemError as exc:
+        except ProblemError as exc:  # the problem is invalid input, not a sandbox failure
             return _Plan(
-                None, verdict=Verdict(status=VerdictStatus.SE, reward=None, message=str(exc))
+                None, verdict=Verdict(status=VerdictStatus.IE, reward=None, message=str(exc))
             )
         code = extract_code(completion)
         if not code.strip():
@@ -124,7 +124,7 @@ class CodeJudge(Judge):
             except SyntaxError as exc:
                 message = f"the problem's assert tests are not valid Python: {exc}"
                 return _Plan(
-                    problem, verdict=Verdict(status=VerdictStatus.SE, reward=None, message=message)
+                    problem, verdict=Verdict(status=VerdictStatus.IE, reward=None, message=message)
                 )
             cases = [_Case(index, "")]
         program = Program(

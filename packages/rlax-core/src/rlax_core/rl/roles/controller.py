@@ -10,6 +10,9 @@ Accounting, the rules that keep an asynchronous run honest:
   if ``v − u ≤ k``; older ones are dropped, counted, and their slot refilled.
 * **At most once.** A group id that was already trained (or is already waiting) is a
   duplicate and is dropped.
+* **No reward without a judgement.** A completion the judge could not judge (SE after
+  its retries, or IE) has no reward and is left out of the loss, and counted; a group
+  with no judged completion at all is dropped and counted, and its slot refilled.
 * **Nothing lost.** Consumed rollouts stay leased until a checkpoint holding their
   training is written (:meth:`acknowledge_trained`); groups in flight are part of the
   checkpoint and re-issued on resume (the queues drop duplicates by id).
@@ -50,6 +53,8 @@ class Accounting:
     dropped_no_signal: int = 0
     duplicates: int = 0
     replaced: int = 0  # restored groups that never came back, issued again under new ids
+    dropped_unjudged: int = 0  # groups of which no completion could be judged (SE / IE)
+    unjudged_rollouts: int = 0  # completions without a judgement, left out of the loss
 
     def as_metrics(self) -> dict[str, float]:
         """The counters as metrics."""
@@ -60,6 +65,8 @@ class Accounting:
             "groups/dropped_no_signal": float(self.dropped_no_signal),
             "groups/duplicates": float(self.duplicates),
             "groups/replaced": float(self.replaced),
+            "groups/dropped_unjudged": float(self.dropped_unjudged),
+            "rollouts/unjudged": float(self.unjudged_rollouts),
         }
 
 
@@ -191,6 +198,12 @@ class Controller:
         prompt = self.outstanding.pop(gid)
         if version - group.policy_version > self._k:
             self.accounting.dropped_stale += 1
+            self._ack(lease)
+            return
+        unjudged = sum(r.reward is None for r in group.rollouts)
+        self.accounting.unjudged_rollouts += unjudged
+        if unjudged == len(group.rollouts):  # nothing to learn from; another prompt replaces it
+            self.accounting.dropped_unjudged += 1
             self._ack(lease)
             return
         if self._dynamic_sampling and not has_signal(group):

@@ -8,6 +8,7 @@ from typing import Any
 from rlax_core.config.sections import EvalSection
 from rlax_core.contracts.verifier import Judge
 from rlax_core.generate import Sampler, SamplingParams
+from rlax_core.judging import judge_isolated
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.rl.algorithms.pass_at_k import pass_at_k_metrics
@@ -74,7 +75,7 @@ class Evaluator:
                 [r[1] for r in chunk], self._params, seed=[r[3] for r in chunk]
             )
             texts = [self._tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
-            verdicts = self._judge.judge([r[2] for r in chunk], texts)
+            verdicts = judge_isolated(self._judge, [r[2] for r in chunk], texts)
             for (i, *_), verdict in zip(chunk, verdicts, strict=True):
                 correct[i] += verdict.status == VerdictStatus.AC
                 if verdict.reward is not None:

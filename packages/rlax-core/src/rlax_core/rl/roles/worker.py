@@ -21,6 +21,7 @@ from rlax_core.contracts.queue import Queue
 from rlax_core.contracts.verifier import Judge
 from rlax_core.errors import LeaseExpiredError, TransportClosedError, VersionNotFoundError
 from rlax_core.generate import Sampler, SamplingParams
+from rlax_core.judging import judge_isolated
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.types.lease import Lease
@@ -136,7 +137,7 @@ class InferenceWorker:
         checked = sum(g.samples_per_prompt for g in groups[: self._cfg.logprob_check_groups])
         gaps = self._gaps(prompts[:checked], out, checked) + [None] * (len(prompts) - checked)
         texts = [self._tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
-        verdicts = self._judge.judge(problems, texts)
+        verdicts = judge_isolated(self._judge, problems, texts)
         generation_s = time.monotonic() - started
         row = 0
         for group, lease in zip(groups, leases, strict=True):
