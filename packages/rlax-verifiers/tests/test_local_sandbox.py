@@ -82,6 +82,16 @@ def test_output_is_capped_and_the_run_killed(local_sandbox: LocalSandbox) -> Non
     assert result.wall_s < 1.5  # killed at the cap, not at the time limit
 
 
+def test_stderr_past_its_cap_keeps_its_tail_and_the_run_goes_on(
+    local_sandbox: LocalSandbox,
+) -> None:
+    source = "import sys\nsys.stderr.write('e' * 100000 + 'THE END')\nprint(42)"
+    (result,) = local_sandbox.run(_python(source, output_limit_bytes=4096), [""])
+    assert result.exit_code == 0 and result.stdout == "42\n" and not result.stdout_truncated
+    assert result.stderr_truncated and len(result.stderr) == 4096
+    assert result.stderr.endswith("THE END")
+
+
 def test_wall_limit_kills_the_whole_group(local_sandbox: LocalSandbox) -> None:
     program = _python(
         "import os, time\nos.fork()\nos.fork()\nprint('started', flush=True)\ntime.sleep(60)",

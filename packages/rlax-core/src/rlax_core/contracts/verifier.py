@@ -26,7 +26,10 @@ class Program(Record):
     time_limit_s: float = Field(default=2.0, gt=0, description="Wall-clock limit per run.")
     memory_limit_mb: int = Field(default=256, gt=0, description="Memory limit per run.")
     output_limit_bytes: int = Field(
-        default=1 << 20, gt=0, description="Cap on captured stdout and on stderr, each."
+        default=1 << 20,
+        gt=0,
+        description="Cap on captured stdout (what is compared: past it the run is killed) and "
+        "on stderr (not compared: its tail is kept and the run goes on), each.",
     )
     result_channel: bool = Field(
         default=False,

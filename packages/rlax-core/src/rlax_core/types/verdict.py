@@ -65,7 +65,10 @@ class Verdict(Record):
 class ExecutionResult(Record):
     """What a sandbox observed running one program on one input. No judgement.
 
-    Output streams are capped; ``*_truncated`` says whether the cap was hit. ``channel``
+    Output streams are capped; ``*_truncated`` says whether the cap was hit. stdout and
+    the channel keep their beginning (a judge compares them); stderr keeps its end (what
+    holds the error), and only stdout or the channel over its cap is an output-limit
+    failure. ``channel``
     is what the program wrote to its result channel (file descriptor 3, when the program
     asked for one): the harness of function-call and assert tests reports there, out of
     reach of the code under test. A C++ program that failed to compile is reported once

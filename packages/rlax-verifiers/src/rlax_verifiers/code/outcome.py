@@ -59,7 +59,7 @@ def failure(result: ExecutionResult, limits: Limits) -> TestOutcome | None:
         return _outcome(VerdictStatus.CE, result, detail or "compilation failed")
     if result.timed_out or result.signal == signal.SIGXCPU or result.cpu_s > limits.time_s:
         return _outcome(VerdictStatus.TLE, result, "time limit exceeded")
-    if result.stdout_truncated or result.stderr_truncated or result.channel_truncated:
+    if result.stdout_truncated or result.channel_truncated:  # stderr is not compared
         return _outcome(VerdictStatus.OLE, result, "output limit exceeded")
     if result.exit_code == 0 and result.signal is None:
         return None

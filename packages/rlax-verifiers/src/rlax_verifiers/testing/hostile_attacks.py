@@ -4,7 +4,7 @@ answers, output bombs."""
 
 from __future__ import annotations
 
-from rlax_verifiers.testing.hostile_problems import OLE, RE, WA
+from rlax_verifiers.testing.hostile_problems import AC, OLE, RE, TLE, WA
 from rlax_verifiers.testing.hostile_problems import program as _p
 
 _EXITS = [
@@ -206,12 +206,21 @@ print(b"rlax-secret-" + found[0] if found else "nothing found")
 
 _OUTPUT = [
     _p("endless_print", "output bomb", "double", OLE, "while True:\n    print('y' * 1000)"),
+    # stderr is not compared: writing without end is no output-limit fault, only slow
+    # (its tail is kept); megabytes of it beside the right answer are no fault at all.
     _p(
         "huge_stderr",
         "output bomb",
         "double",
-        OLE,
+        TLE,
         "import sys\nwhile True:\n    sys.stderr.write('e' * 10000)",
+    ),
+    _p(
+        "stderr_megabytes_right_answer",
+        "output bomb",
+        "double",
+        AC,
+        "import sys\nsys.stderr.write('e' * (5 << 20))\nprint(int(input()) * 2)",
     ),
     _p("single_huge_line", "output bomb", "double", OLE, "print('9' * 10**7)"),
     _p(

@@ -47,18 +47,27 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
 
 
 def _fit(reply: dict[str, Any], limit: int) -> dict[str, Any]:
-    """Truncates the largest captured streams until the reply's JSON fits ``limit``."""
+    """Truncates the largest captured streams until the reply's JSON fits ``limit``.
+
+    stderr goes first, to its tail (it is never compared, and its end holds the error);
+    stdout and the channel, which a judge compares, are cut only if that is not enough.
+    """
     size = len(json.dumps(reply))
     if size <= limit:
         return reply
     results = [r for row in reply["results"] for r in row]
-    budget = max(1024, (limit - (size - _captured(results))) // max(1, 3 * len(results)))
-    for result in results:
-        for stream in ("stdout", "stderr", "channel"):
-            text = result.get(stream)
-            if isinstance(text, str) and len(text) > budget:
-                result[stream] = text[:budget]
-                result[f"{stream}_truncated"] = True
+    for streams in (("stderr",), ("stderr", "stdout", "channel")):
+        captured = _captured(results)
+        budget = max(1024, (limit - (size - captured)) // max(1, len(streams) * len(results)))
+        for result in results:
+            for stream in streams:
+                text = result.get(stream)
+                if isinstance(text, str) and len(text) > budget:
+                    result[stream] = text[-budget:] if stream == "stderr" else text[:budget]
+                    result[f"{stream}_truncated"] = True
+        size = len(json.dumps(reply))
+        if size <= limit:
+            break
     return reply
 
 

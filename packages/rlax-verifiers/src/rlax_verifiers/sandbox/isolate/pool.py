@@ -2,8 +2,11 @@
 
 The driver creates the run's pipes and stdin itself and passes the descriptors to the
 zygote, so the program's output flows straight to the driver, which reads stdout,
-stderr and the result channel concurrently, each up to its cap. Past a cap it asks the
-zygote to kill the run (an output bomb ends at once instead of at its time limit).
+stderr and the result channel concurrently, each up to its cap. Past the cap of stdout
+or the channel (what a judge compares) it asks the zygote to kill the run: an output
+bomb ends at once instead of at its time limit. stderr is never compared, so writing
+much of it is no fault: past its cap the driver keeps draining it and keeps its tail
+(where a traceback or an out-of-memory message is), and the run goes on.
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ def _execute_on(slot: Slot, spec: RunSpec, run_id: int) -> dict[str, Any]:
         passed = [stdin]
         for name in ("stdout", "stderr", "channel") if spec.channel else ("stdout", "stderr"):
             read_end, write_end = os.pipe2(os.O_CLOEXEC)
-            readers[read_end] = _Capture(name, spec.output_limit_bytes)
+            readers[read_end] = _Capture(name, spec.output_limit_bytes, tail=name == "stderr")
             passed.append(write_end)
         job = {
             "id": run_id,
@@ -167,7 +170,7 @@ def _collect(
                 continue
             capture = readers[fd]
             capture.add(data)
-            if capture.truncated and not kill_sent and report is None:
+            if capture.truncated and capture.kills and not kill_sent and report is None:
                 slot.send({"kill": run_id})
                 kill_sent = True
     assert report is not None
@@ -187,28 +190,40 @@ def _collect(
 
 
 class _Capture:
-    """Bytes of one stream, kept up to ``limit``; more sets ``truncated``."""
+    """Bytes of one stream, kept up to ``limit``; more sets ``truncated``.
 
-    def __init__(self, name: str, limit: int) -> None:
+    Args:
+        name: the stream.
+        limit: bytes kept at most.
+        tail: keep the last ``limit`` bytes instead of the first, and let the run go on
+            past the limit (``kills`` is False).
+    """
+
+    def __init__(self, name: str, limit: int, *, tail: bool = False) -> None:
         self.name = name
         self.limit = limit
-        self.chunks: list[bytes] = []
-        self.size = 0
+        self.tail = tail
+        self.kills = not tail
+        self.kept = bytearray()
         self.truncated = False
 
     def add(self, data: bytes) -> None:
         """Keeps what fits under the limit; marks the capture truncated past it."""
-        room = self.limit - self.size
+        if self.tail:
+            self.kept += data
+            if len(self.kept) > self.limit:
+                self.truncated = True
+                del self.kept[: len(self.kept) - self.limit]
+            return
+        room = self.limit - len(self.kept)
         if len(data) > room:
             self.truncated = True
             data = data[: max(room, 0)]
-        if data:
-            self.chunks.append(data)
-            self.size += len(data)
+        self.kept += data
 
     def text(self) -> str:
         """What was kept, as UTF-8 with invalid bytes replaced."""
-        return b"".join(self.chunks).decode("utf-8", errors="replace")
+        return bytes(self.kept).decode("utf-8", errors="replace")
 
 
 def _write_file(path: Any, content: bytes, mode: int, uid: int | None) -> None:
