@@ -62,10 +62,13 @@ def test_numeric_tolerance_is_relative() -> None:
 
 def test_judge_gives_verdicts_and_rewards() -> None:
     judge = MathJudge(MathJudgeConfig(correct_reward=1.0, wrong_reward=-0.5))
-    verdicts = judge.judge(
-        [{"kind": "math", "answer": "12"}] * 3 + [{"kind": "math"}],
-        ["\\boxed{12}", "\\boxed{13}", "I give up", "\\boxed{1}"],
-    )
+    try:
+        verdicts = judge.judge(
+            [{"kind": "math", "answer": "12"}] * 3 + [{"kind": "math"}],
+            ["\\boxed{12}", "\\boxed{13}", "I give up", "\\boxed{1}"],
+        )
+    finally:
+        judge.close()
     assert [v.status for v in verdicts] == [
         VerdictStatus.AC,
         VerdictStatus.WA,

@@ -1,24 +1,25 @@
-"""Finding the final answer in a completion and deciding whether two answers are equal.
+"""Finding the final answer in a completion: pure text work, no parsing of the mathematics.
 
-Equal means: the same number (integers, decimals, fractions, ``\\frac``, percentages and
-thousands separators all compare by value, decimals within a relative tolerance), or the
-same text after LaTeX noise is removed (``\\left``, ``\\!``, ``\\text{}``, ``$``, spaces).
+The markers, in order: the last ``\\boxed{...}`` (or ``\\fbox``), the text after the last
+``####`` (GSM8K's answer line), the text after "final answer", "the answer is" or
+"answer:". Deciding whether two answers are equal is :mod:`rlax_verifiers.math.equivalence`.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from fractions import Fraction
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_MARKERS = (
-    re.compile(r"####\s*(?P<answer>[^\n]+)"),
-    re.compile(r"(?i)(?:final answer|the answer is|answer)\s*(?:is)?\s*[:=]?\s*(?P<answer>[^\n]+)"),
+_HASHES = re.compile(r"####\s*(?P<answer>[^\n]*)")
+_ANSWER = re.compile(
+    r"(?i)\b(?:final answer|the answer is|answer)\b\s*(?:is)?\s*[:=]?\s*(?P<answer>[^\n]+)"
 )
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
-_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+# The fast path's plain numbers: short, so converting them costs nothing.
+_PLAIN_NUMBER = re.compile(r"-?\d{1,40}(?:\.\d{1,40})?")
 _TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
+_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 _LATEX_NOISE = re.compile(r"\\left|\\right|\\[,;:! ]|\\displaystyle|\$")
 
 
@@ -37,57 +38,71 @@ def extract_boxed(text: str) -> str | None:
     return None
 
 
-def extract_answer(text: str) -> str | None:
-    """The completion's final answer: boxed, after a marker, or else its last number."""
-    boxed = extract_boxed(text)
-    if boxed is not None:
-        return boxed
-    for marker in _MARKERS:
-        found = list(marker.finditer(text))
-        if found:
-            return found[-1].group("answer").strip().rstrip(".")
+def after_hashes(text: str) -> str | None:
+    """The rest of the line after the last ``####`` (GSM8K's answer line), or None."""
+    if "####" not in text:
+        return None
+    found = list(_HASHES.finditer(text))
+    return found[-1].group("answer").strip().rstrip(".") if found else None
+
+
+def after_answer_word(text: str) -> str | None:
+    """The rest of the line after the last "final answer", "the answer is" or "answer:"."""
+    found = list(_ANSWER.finditer(text))
+    return found[-1].group("answer").strip().rstrip(".") if found else None
+
+
+def marked_answer(text: str) -> str | None:
+    """The answer the completion marked: boxed, after ``####``, or after an answer word."""
+    for find in (extract_boxed, after_hashes, after_answer_word):
+        answer = find(text)
+        if answer is not None:
+            return answer
+    return None
+
+
+def last_number(text: str) -> str | None:
+    """The last number written in ``text`` (``-1,234.5``, ``3/4``, ``.5``), or None."""
     numbers = _NUMBER.findall(text)
     return numbers[-1] if numbers else None
 
 
+def extract_answer(text: str) -> str | None:
+    """The completion's final answer: boxed, after a marker, or else its last number."""
+    answer = marked_answer(text)
+    return answer if answer is not None else last_number(text)
+
+
+def gold_answer(text: str) -> str:
+    """The final answer of a problem's ``answer`` field.
+
+    A bare answer is itself; a worked solution gives its last ``\\boxed{}`` (MATH) or the
+    text after its last ``####`` (GSM8K).
+    """
+    for find in (extract_boxed, after_hashes):
+        answer = find(text)
+        if answer:
+            return answer
+    return text.strip()
+
+
+def plain_number(text: str) -> tuple[Fraction, bool] | None:
+    """``(value, written_with_decimals)`` if ``text`` is a short plain number, else None.
+
+    Only digits, one optional minus sign and decimal point: what the judge can compare
+    without parsing (no separators, exponents, fractions or LaTeX).
+    """
+    text = text.strip()
+    if len(text) > 81 or not _PLAIN_NUMBER.fullmatch(text):
+        return None
+    return Fraction(text), "." in text
+
+
 def normalise(answer: str) -> str:
-    """Answer text without LaTeX noise, surrounding punctuation and spaces."""
+    """Answer text without LaTeX noise, surrounding punctuation and spaces, lower-cased."""
     text = _TEXT.sub(r"\1", answer)
     text = _FRAC.sub(r"(\1)/(\2)", text)
     text = _LATEX_NOISE.sub("", text)
     text = text.replace("\\%", "%").replace("^\\circ", "").replace("^{\\circ}", "")
     text = re.sub(r"\s+", "", text)
-    return text.strip(".").strip()
-
-
-def as_number(answer: str) -> Fraction | None:
-    """The answer's value if it is a plain number (``-1,234.5``, ``3/4``, ``50%``)."""
-    text = normalise(answer)
-    percent = text.endswith("%")
-    text = text.rstrip("%")
-    text = re.sub(r"^\((-?[\d.]+)\)/\((-?[\d.]+)\)$", r"\1/\2", text)
-    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", text):
-        text = text.replace(",", "")
-    try:
-        if re.fullmatch(r"-?\d+/\d+", text):
-            num, den = text.split("/")
-            if int(den) == 0:
-                return None
-            value = Fraction(int(num), int(den))
-        elif re.fullmatch(r"-?(\d+\.?\d*|\.\d+)(e-?\d+)?", text):
-            value = Fraction(text)
-        else:
-            return None
-    except (ValueError, ZeroDivisionError):
-        return None
-    return value / 100 if percent else value
-
-
-def answers_match(predicted: str, expected: str, *, rel_tol: float = 1e-6) -> bool:
-    """Whether two answers are the same number (within ``rel_tol``) or the same text."""
-    a, b = as_number(predicted), as_number(expected)
-    if a is not None and b is not None:
-        if a == b:
-            return True
-        return math.isclose(float(a), float(b), rel_tol=rel_tol, abs_tol=0.0)
-    return normalise(predicted).lower() == normalise(expected).lower()
+    return text.strip(".").strip().lower()
