@@ -2,7 +2,8 @@
 
 Each run is three real processes, as the launchers start them: the transport server
 (``rlax serve param-server``), the trainer (``rlax train --role trainer``) and one
-inference worker (``rlax train --role worker``). The same short config also runs in one
+inference worker (``rlax train --role worker``); with the verifier stage, a fourth, a
+verifier (``rlax train --role verifier``). The same short config also runs in one
 process with the transport's clients in threads (``rlax train``).
 """
 
@@ -42,8 +43,9 @@ def _transport(kind: str, tmp_path: Path) -> dict:
             "server": {"state_dir": str(tmp_path / "grpc-state")}}  # fmt: skip
 
 
-def _config(tmp_path: Path, kind: str) -> Path:
+def _config(tmp_path: Path, kind: str, placement: str = "inline") -> Path:
     config = small_run_config(QUICKSTART, name=f"over-{kind}", seed=3)
+    config["verifier"]["placement"] = placement
     config["rollout"]["lease_s"] = 60
     config.update(
         staleness={"max_staleness": 1},
@@ -85,6 +87,33 @@ def test_trainer_and_worker_processes_over_the_transport(tmp_path: Path, kind: s
         assert worker.wait(timeout=60) in (0, 128 + signal.SIGTERM), worker.stderr.read()[-3000:]
     finally:
         stop(worker)
+        stop(server)
+
+
+@pytest.mark.parametrize("kind", ["nats", "grpc"])
+def test_trainer_worker_and_verifier_processes_over_the_transport(
+    tmp_path: Path, kind: str
+) -> None:
+    config = _config(tmp_path, kind, placement="stage")
+    server = serve(config)
+    run_dir = tmp_path / "run"
+    worker = rlax("train", config, "--run-dir", run_dir, "--role", "worker", "--worker-id", "w0")
+    verifier = rlax("train", config, "--run-dir", run_dir, "--role", "verifier",
+                    "--verifier-id", "v0")  # fmt: skip
+    try:
+        trainer = rlax("train", config, "--run-dir", run_dir, "--role", "trainer", "--no-progress")
+        _finished(trainer)
+        _check(run_dir)
+        rows = read_metrics(run_dir)
+        assert all(r["rollouts/unjudged"] == 0 for r in rows[1:])  # every completion judged
+        for process in (worker, verifier):
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) in (0, 128 + signal.SIGTERM), process.stderr.read()[
+                -3000:
+            ]
+    finally:
+        stop(worker)
+        stop(verifier)
         stop(server)
 
 

@@ -73,7 +73,7 @@ def test_judge_gives_verdicts_and_rewards() -> None:
         VerdictStatus.AC,
         VerdictStatus.WA,
         VerdictStatus.WA,
-        VerdictStatus.SE,
+        VerdictStatus.IE,  # invalid input: the problem gives no answer to compare with
     ]
     assert [v.reward for v in verdicts[:3]] == [1.0, -0.5, -0.5]
     assert verdicts[2].message == "no answer found"

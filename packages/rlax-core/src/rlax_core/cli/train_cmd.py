@@ -27,9 +27,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("config", type=Path, help="YAML run config")
     sub.add_argument("--run-dir", type=Path, help="run directory (default: runs/<run.name>)")
     sub.add_argument("--resume", action="store_true", help="continue the run in the run directory")
-    sub.add_argument("--role", choices=["all", "trainer", "worker"], default="all",
+    sub.add_argument("--role", choices=["all", "trainer", "worker", "verifier"], default="all",
                      help="this process's part of a multi-process run")  # fmt: skip
     sub.add_argument("--worker-id", default="worker-0", help="name of this worker (--role worker)")
+    sub.add_argument(
+        "--verifier-id", default="verifier-0", help="name of this verifier (--role verifier)"
+    )
     sub.add_argument(
         "--coordinator", help="jax.distributed coordinator HOST:PORT (multi-host trainer)"
     )
@@ -58,10 +61,10 @@ def run(args: argparse.Namespace) -> int:
 
     stop = threading.Event()
     stopped_by_signal: list[int] = []
-    # A worker that has not leased anything yet holds nothing: a signal during its
-    # start-up (imports, model, transport; seconds to tens of seconds) ends it at once
+    # A worker or verifier that has not leased anything yet holds nothing: a signal during
+    # its start-up (imports, model, transport; seconds to tens of seconds) ends it at once
     # rather than after it. Other roles write state while starting and stop cleanly.
-    working = threading.Event() if args.role == "worker" else None
+    working = threading.Event() if args.role in ("worker", "verifier") else None
 
     def on_signal(signum: int, _frame: object) -> None:
         stopped_by_signal.append(signum)
@@ -74,13 +77,17 @@ def run(args: argparse.Namespace) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
-    name = f"worker {args.worker_id}" if args.role == "worker" else args.role
+    name = {"worker": f"worker {args.worker_id}", "verifier": f"verifier {args.verifier_id}"}
+    name = name.get(args.role, args.role)
     print(f"rlax train: the {name} is starting", file=sys.stderr, flush=True)
     config_dir = args.config.resolve().parent
     progress = not args.no_progress
     if args.role == "worker":
         start.run_worker(config, config_dir, args.run_dir, worker_id=args.worker_id, stop=stop,
                          working=working)  # fmt: skip
+    elif args.role == "verifier":
+        start.run_verifier(config, config_dir, args.run_dir, verifier_id=args.verifier_id,
+                           stop=stop, working=working)  # fmt: skip
     elif args.role == "trainer":
         try:
             finished = start.run_trainer(config, config_dir, args.run_dir, resume=args.resume,

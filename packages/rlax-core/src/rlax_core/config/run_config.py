@@ -11,7 +11,7 @@ sections as ``BaseModel``, so a misspelled field is a type error.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
 
@@ -37,13 +37,29 @@ PLUGIN_KIND_KEY = "x-rlax-plugin-kind"
 
 
 class VerifierSectionBase(BaseModel):
-    """How completions are judged: a judge, and the sandbox it runs code in.
+    """How completions are judged: a judge, the sandbox it runs code in, and where.
 
-    The fields are the installed judges' and sandboxes' config classes (see
-    :func:`make_run_config_model`); declared here for type checkers only.
+    ``judge`` and ``sandbox`` are the installed judges' and sandboxes' config classes
+    (see :func:`make_run_config_model`; declared here for type checkers only).
     """
 
     model_config = ConfigDict(extra="forbid")
+
+    placement: Literal["inline", "stage"] = Field(
+        default="inline",
+        description="inline: each inference worker judges its own completions; stage: "
+        "workers hand them to verifiers (threads of the embedded run, or `--role verifier` "
+        "processes) and go straight back to sampling.",
+    )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Verifier threads of the embedded run (placement: stage).",
+    )
+    groups_per_batch: int = Field(
+        default=4, ge=1, description="Rollout groups a verifier judges in one call."
+    )
 
     if TYPE_CHECKING:
         judge: BaseModel

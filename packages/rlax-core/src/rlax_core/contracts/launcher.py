@@ -25,8 +25,8 @@ class RenderedArtifact(Record):
     content: str = Field(description="The exact command, script text or YAML.")
 
 
-ProcessRole = Literal["transport", "trainer", "worker"]
-"""What a process does in a run: serve the transport, train, or generate rollouts."""
+ProcessRole = Literal["transport", "trainer", "worker", "verifier"]
+"""What a process does in a run: serve the transport, train, generate or judge rollouts."""
 
 ProcessState = Literal["starting", "running", "restarting", "stopped", "failed"]
 """Where a process is in its life, as its launcher sees it."""

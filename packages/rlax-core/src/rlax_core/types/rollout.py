@@ -1,4 +1,9 @@
-"""What inference workers receive (prompt groups) and send back (rollout groups)."""
+"""What inference workers receive (prompt groups) and send back (rollout groups).
+
+A rollout group leaves a worker judged (inline judging) or unjudged, with the problem it
+answers, for the verifier stage; a verifier sends it on judged. Either way the trainer
+receives it from the rollout queue.
+"""
 
 from __future__ import annotations
 
@@ -41,8 +46,8 @@ class Rollout(Record):
     )
     finish_reason: Literal["stop", "length"] = Field(description="Why sampling ended.")
     reward: float | None = Field(
-        description="Scalar reward from the judge; None when it could not decide (a sandbox "
-        "error): such a sample is never trained on."
+        description="Scalar reward from the judge; None when there is no judgement (a sandbox "
+        "error, invalid input, or not judged yet): such a sample is never trained on."
     )
     verdict: Verdict | None = Field(default=None, description="The judge's full verdict.")
 
@@ -75,4 +80,11 @@ class RolloutGroup(Record):
         ge=0,
         description="Largest |sampler − teacher-forced| policy log-probability of the group, "
         "checked by the worker with the same weights (the train/inference gap).",
+    )
+    problem: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What the judge needs (answer, tests), carried to the verifier stage.",
+    )
+    verifier_id: str | None = Field(
+        default=None, description="The verifier that judged it (None: judged by the worker)."
     )

@@ -153,3 +153,25 @@ def test_resuming_needs_the_flag_and_the_same_config(tmp_path: Path) -> None:
     resumed = _train(changed, run_dir, "--resume")
     _, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 2 and "rollout.max_new_tokens" in err
+
+
+def test_the_verifier_stage_trains_what_inline_judging_trains(tmp_path: Path) -> None:
+    """k = 0: judging in verifier threads instead of the worker changes nothing trained."""
+    runs = {}
+    for placement in ("inline", "stage"):
+        folder = tmp_path / placement
+        folder.mkdir()
+        config = _config(folder, k=0, steps=4, verifier__placement=placement,
+                         verifier__workers=2)  # fmt: skip
+        _finish(_train(config, folder / "run"))
+        runs[placement] = folder / "run"
+    inline, staged = _final_params(runs["inline"]), _final_params(runs["stage"])
+    for name in inline:
+        np.testing.assert_allclose(staged[name], inline[name], rtol=0, atol=1e-6, err_msg=name)
+    assert _trained_ids(runs["stage"], 4) == _trained_ids(runs["inline"], 4)
+    rows = read_metrics(runs["stage"])
+    assert [r["step"] for r in rows] == list(range(5))
+    assert all("groups/awaiting_verification" in r for r in rows[1:])
+    assert [r["reward/mean"] for r in rows[1:]] == [
+        r["reward/mean"] for r in read_metrics(runs["inline"])[1:]
+    ]

@@ -43,7 +43,7 @@ def test_the_worker_rescores_the_configured_groups_of_each_batch(checked: int) -
         prompts.put(group.group_id, group.to_bytes())
     worker = InferenceWorker(
         "w", model=model, tokenizer=tokenizer, judge=_LengthJudge(),
-        store=transport.parameter_store(), prompts=prompts, rollouts=rollouts,
+        store=transport.parameter_store(), prompts=prompts, outbox=rollouts,
         rollout=RolloutSection(max_new_tokens=4, groups_per_batch=3,
                                logprob_check_groups=checked),
         staleness=StalenessSection(), seed=0, stop_token_ids=(),
@@ -82,7 +82,7 @@ def test_a_judge_that_raises_on_one_problem_costs_that_problems_completions_only
         prompts.put(gid, group.to_bytes())
     worker = InferenceWorker(
         "w", model=model, tokenizer=tokenizer, judge=_BrittleJudge(),
-        store=transport.parameter_store(), prompts=prompts, rollouts=rollouts,
+        store=transport.parameter_store(), prompts=prompts, outbox=rollouts,
         rollout=RolloutSection(max_new_tokens=4, groups_per_batch=2),
         staleness=StalenessSection(), seed=0, stop_token_ids=(),
     )  # fmt: skip

@@ -143,7 +143,7 @@ class MathJudge(Judge):
         expected = problem.get("answer")
         if expected is None:
             message = "problem has no 'answer' field; the math judge needs one"
-            return Verdict(status=VerdictStatus.SE, reward=None, message=message), None
+            return Verdict(status=VerdictStatus.IE, reward=None, message=message), None
         gold = str(expected)
         text = completion[-self.config.max_chars :].replace("\x00", "")
         if not text.strip():

@@ -147,6 +147,11 @@ def build_judge(registry: Registry, config: RunConfigBase, run_dir: Path) -> Jud
     return registry.build("judge", config.verifier.judge, context)
 
 
+def judged_by_stage(config: RunConfigBase) -> bool:
+    """Whether verifiers judge (``verifier.placement: stage``) rather than the workers."""
+    return config.verifier is not None and config.verifier.placement == "stage"
+
+
 def build_transport(registry: Registry, config: RunConfigBase, run_dir: Path) -> Transport:
     """The transport of ``transport`` (in-process by default)."""
     return registry.build(

@@ -82,8 +82,10 @@ class Controller:
 
     Args:
         next_prompt: returns the next (example id, prompt token ids, problem) to issue.
-        prompts / rollouts: the two queues.
+        prompts / rollouts: the queues groups are issued on and arrive from.
         rollout, staleness, algorithm: the run config's sections.
+        to_verify: the verifier stage's queue, when there is one: groups waiting there
+            are still in flight (issued, not arrived); its backlog is a metric.
     """
 
     def __init__(
@@ -95,10 +97,12 @@ class Controller:
         rollout: RolloutSection,
         staleness: StalenessSection,
         algorithm: AlgorithmSection,
+        to_verify: Queue | None = None,
     ) -> None:
         self._next_prompt = next_prompt
         self._prompts = prompts
         self._rollouts = rollouts
+        self._to_verify = to_verify
         self._per_step = rollout.prompts_per_step
         self._samples = rollout.samples_per_prompt
         self._k = staleness.max_staleness
@@ -233,11 +237,15 @@ class Controller:
     def staleness_metrics(self, batch: list[RolloutGroup], version: int) -> dict[str, float]:
         """Staleness of a batch about to be trained at ``version``."""
         ages = [version - g.policy_version for g in batch]
-        return {
+        metrics = {
             "staleness/max": float(max(ages)),
             "staleness/mean": float(sum(ages) / len(ages)),
             "groups/in_flight": float(self.in_flight),
         }
+        if self._to_verify is not None:
+            waiting = self._to_verify.stats()
+            metrics["groups/awaiting_verification"] = float(waiting.ready + waiting.leased)
+        return metrics
 
     def renew_leases(self) -> None:
         """Renews the held and waiting rollouts' leases that have under half their time left.

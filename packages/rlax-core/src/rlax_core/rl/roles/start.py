@@ -1,4 +1,4 @@
-"""The processes of a run: everything in one process, the trainer, or one worker.
+"""The processes of a run: everything in one process, the trainer, a worker or a verifier.
 
 ``rlax train`` dispatches here. Every role builds its parts from the same config, so a
 run split over processes trains exactly what the embedded run trains.
@@ -18,8 +18,9 @@ from rlax_core.errors import RlaxError
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.plugins.manager import load_registry
-from rlax_core.rl.roles import components
+from rlax_core.rl.roles import components, queues
 from rlax_core.rl.roles.trainer import TrainerRun
+from rlax_core.rl.roles.verifier import Verifier
 from rlax_core.rl.roles.worker import InferenceWorker
 from rlax_core.run_dir.layout import default_run_dir
 from rlax_core.run_dir.status import write_status
@@ -36,7 +37,8 @@ def run_all(
     stop: threading.Event,
     progress: bool = True,
 ) -> bool:
-    """The embedded run: trainer and ``rollout.workers`` worker threads in this process."""
+    """The embedded run: the trainer, ``rollout.workers`` worker threads and, with the
+    verifier stage, ``verifier.workers`` verifier threads, in this process."""
     registry = load_registry()
     run_dir = run_dir or default_run_dir(config)
     transport = components.build_transport(registry, config, run_dir)
@@ -50,13 +52,20 @@ def run_all(
 
     judge = trainer.judge
     assert judge is not None, "the embedded run's trainer is its own leader"
+    staged = components.judged_by_stage(config)
+    loops: list[InferenceWorker | Verifier] = [
+        _worker(f"worker-{i}", config, trainer.worker_model(), trainer.tokenizer,
+                None if staged else judge, transport)
+        for i in range(config.rollout.workers)
+    ]  # fmt: skip
+    if staged:
+        assert config.verifier is not None
+        loops += [_verifier(f"verifier-{i}", config, judge, trainer.tokenizer, transport)
+                  for i in range(config.verifier.workers)]  # fmt: skip
     threads = []
-    for i in range(config.rollout.workers):
-        worker = _worker(f"worker-{i}", config, trainer.worker_model(), trainer.tokenizer,
-                         judge, transport)  # fmt: skip
-        thread = threading.Thread(
-            target=worker.run, args=(stop, fail), name=worker.worker_id, daemon=True
-        )
+    for loop in loops:
+        name = loop.worker_id if isinstance(loop, InferenceWorker) else loop.verifier_id
+        thread = threading.Thread(target=loop.run, args=(stop, fail), name=name, daemon=True)
         thread.start()
         threads.append(thread)
     try:
@@ -121,24 +130,71 @@ def run_worker(
     """
     registry = load_registry()
     run_dir = run_dir or default_run_dir(config)
-    if config.transport.type == "inproc":
-        raise RlaxError(
-            "a worker process needs a networked transport (transport.type nats or grpc); "
-            "with inproc, run everything in one process: rlax train CONFIG"
-        )
+    _needs_a_network("worker", config)
     transport = components.build_transport(registry, config, run_dir)
-    judge = components.build_judge(registry, config, run_dir)
+    judge = None
+    if not components.judged_by_stage(config):
+        judge = components.build_judge(registry, config, run_dir)
     model = components.build_model(config, config_dir)
     tokenizer = components.load_tokenizer(config, config_dir)
     worker = _worker(worker_id, config, model, tokenizer, judge, transport)
-    reporter = threading.Thread(target=_report, args=(worker, run_dir, stop), daemon=True)
+    reporter = threading.Thread(target=_report_worker, args=(worker, run_dir, stop), daemon=True)
     reporter.start()
     if working is not None:
         working.set()
     try:
         worker.run(stop)
     finally:
+        if judge is not None:
+            judge.close()
         transport.close()
+
+
+def run_verifier(
+    config: RunConfigBase,
+    config_dir: Path,
+    run_dir: Path | None,
+    *,
+    verifier_id: str,
+    stop: threading.Event,
+    working: threading.Event | None = None,
+) -> None:
+    """One verifier process (``verifier.placement: stage``); runs until ``stop``.
+
+    It needs no accelerator and no model: the judge, the tokenizer and the transport.
+    ``working`` is set when it starts leasing groups (see :func:`run_worker`).
+    """
+    registry = load_registry()
+    run_dir = run_dir or default_run_dir(config)
+    _needs_a_network("verifier", config)
+    if not components.judged_by_stage(config):
+        raise RlaxError(
+            "a verifier process judges for the verifier stage, but verifier.placement is "
+            "inline (workers judge their own completions); set verifier.placement: stage"
+        )
+    transport = components.build_transport(registry, config, run_dir)
+    judge = components.build_judge(registry, config, run_dir)
+    tokenizer = components.load_tokenizer(config, config_dir)
+    verifier = _verifier(verifier_id, config, judge, tokenizer, transport)
+    reporter = threading.Thread(
+        target=_report_verifier, args=(verifier, run_dir, stop), daemon=True
+    )
+    reporter.start()
+    if working is not None:
+        working.set()
+    try:
+        verifier.run(stop)
+    finally:
+        judge.close()
+        transport.close()
+
+
+def _needs_a_network(role: str, config: RunConfigBase) -> None:
+    if config.transport.type == "inproc":  # type: ignore[attr-defined]
+        raise RlaxError(
+            f"a {role} process needs a networked transport (transport.type nats or grpc); "
+            "with inproc, run everything in one process: rlax train CONFIG"
+        )
 
 
 def _worker(
@@ -146,18 +202,18 @@ def _worker(
     config: RunConfigBase,
     model: Qwen,
     tokenizer: Tokenizer,
-    judge: Judge,
+    judge: Judge | None,
     transport: Transport,
 ) -> InferenceWorker:
-    """An inference worker of the run on ``transport`` (a thread's or a process's)."""
+    """An inference worker of the run on ``transport``; ``judge`` None: the stage judges."""
     return InferenceWorker(
         worker_id,
         model=model,
         tokenizer=tokenizer,
         judge=judge,
         store=transport.parameter_store(),
-        prompts=transport.queue("prompts"),
-        rollouts=transport.queue("rollouts"),
+        prompts=transport.queue(queues.PROMPTS),
+        outbox=transport.queue(queues.ROLLOUTS if judge is not None else queues.TO_VERIFY),
         rollout=config.rollout,
         staleness=config.staleness,
         seed=config.run.seed,
@@ -165,10 +221,39 @@ def _worker(
     )
 
 
-def _report(worker: InferenceWorker, run_dir: Path, stop: threading.Event) -> None:
+def _verifier(
+    verifier_id: str, config: RunConfigBase, judge: Judge, tokenizer: Tokenizer,
+    transport: Transport,
+) -> Verifier:  # fmt: skip
+    """A verifier of the run on ``transport`` (a thread's or a process's)."""
+    assert config.verifier is not None
+    return Verifier(
+        verifier_id,
+        judge=judge,
+        tokenizer=tokenizer,
+        store=transport.parameter_store(),
+        to_verify=transport.queue(queues.TO_VERIFY),
+        rollouts=transport.queue(queues.ROLLOUTS),
+        max_staleness=config.staleness.max_staleness,
+        lease_s=config.rollout.lease_s,
+        groups_per_batch=config.verifier.groups_per_batch,
+    )
+
+
+def _report_worker(worker: InferenceWorker, run_dir: Path, stop: threading.Event) -> None:
     while not stop.wait(STATUS_EVERY_S):
         rate = worker.samples_done / worker.busy_s if worker.busy_s else 0.0
         write_status(run_dir, worker.worker_id, {
             "role": "worker", "policy_version": worker.version, "groups": worker.groups_done,
             "throughput": {"samples_per_s": rate},
+        })  # fmt: skip
+
+
+def _report_verifier(verifier: Verifier, run_dir: Path, stop: threading.Event) -> None:
+    while not stop.wait(STATUS_EVERY_S):
+        rate = verifier.completions_done / verifier.busy_s if verifier.busy_s else 0.0
+        write_status(run_dir, verifier.verifier_id, {
+            "role": "verifier", "groups": verifier.groups_done,
+            "dropped_stale": verifier.dropped_stale, "backlog": verifier.backlog(),
+            "throughput": {"completions_per_s": rate},
         })  # fmt: skip

@@ -25,7 +25,7 @@ from rlax_core.models.pretrained import save_pretrained
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, Tokenizer
 from rlax_core.plugins.registry import Registry
-from rlax_core.rl.roles import components
+from rlax_core.rl.roles import components, queues
 from rlax_core.rl.roles.controller import Controller
 from rlax_core.rl.roles.evaluator import Evaluator
 from rlax_core.rl.roles.progress import StepProgress
@@ -97,7 +97,7 @@ class TrainerDuties(ABC):
 
     @abstractmethod
     def close(self) -> None:
-        """Closes the metrics writers."""
+        """Closes the metrics writers and the judge."""
 
 
 class LeaderDuties(TrainerDuties):
@@ -133,8 +133,11 @@ class LeaderDuties(TrainerDuties):
         self.store = transport.parameter_store()
         self.controller = Controller(
             next_prompt,
-            prompts=transport.queue("prompts"),
-            rollouts=transport.queue("rollouts"),
+            prompts=transport.queue(queues.PROMPTS),
+            rollouts=transport.queue(queues.ROLLOUTS),
+            to_verify=transport.queue(queues.TO_VERIFY)
+            if components.judged_by_stage(config)
+            else None,
             rollout=config.rollout,
             staleness=config.staleness,
             algorithm=config.algorithm,
@@ -215,6 +218,7 @@ class LeaderDuties(TrainerDuties):
 
     def close(self) -> None:
         self.metrics.close()
+        self.judge.close()  # its worker processes or sandbox pool
 
 
 class FollowerDuties(TrainerDuties):

@@ -1,5 +1,9 @@
 """The inference worker: lease prompt groups, sample with fresh-enough weights, judge, send.
 
+With ``verifier.placement: stage`` the worker does not judge: it sends each group,
+unjudged and with its problem, to the verifier stage (:mod:`~rlax_core.rl.roles.verifier`)
+and goes straight back to sampling.
+
 A worker is stateless: everything it holds can be lost at any moment. A prompt group is
 leased, so a group held by a worker that dies goes back to the queue; rollouts are sent
 under the group's id, so a group produced twice is delivered once; the sampling seed of
@@ -26,6 +30,7 @@ from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.types.lease import Lease
 from rlax_core.types.rollout import PromptGroup, Rollout, RolloutGroup
+from rlax_core.types.verdict import Verdict
 
 POLL_S = 0.2
 
@@ -43,9 +48,11 @@ class InferenceWorker:
         worker_id: name in rollouts and status files.
         model: the policy's structure (and initial weights, replaced by the store's).
         tokenizer: decodes completions for the judge.
-        judge: decides rewards.
+        judge: decides rewards; None when the verifier stage judges.
         store: where weights are pulled from.
-        prompts / rollouts: the two queues.
+        prompts: where prompt groups are leased.
+        outbox: where finished groups go: the rollout queue (judged here), or the
+            to-verify queue (``judge`` None).
         rollout: sampling settings.
         staleness: ``pull_every``.
         seed: the run's seed.
@@ -58,10 +65,10 @@ class InferenceWorker:
         *,
         model: Qwen,
         tokenizer: Tokenizer,
-        judge: Judge,
+        judge: Judge | None,
         store: ParameterStore,
         prompts: Queue,
-        rollouts: Queue,
+        outbox: Queue,
         rollout: RolloutSection,
         staleness: StalenessSection,
         seed: int,
@@ -73,7 +80,7 @@ class InferenceWorker:
         self._judge = judge
         self._store = store
         self._prompts = prompts
-        self._rollouts = rollouts
+        self._outbox = outbox
         self._cfg = rollout
         self._pull_every = staleness.pull_every
         self._seed = seed
@@ -136,8 +143,10 @@ class InferenceWorker:
             out = self._sampler.generate(prompts, self._sampling, seed=seeds)
         checked = sum(g.samples_per_prompt for g in groups[: self._cfg.logprob_check_groups])
         gaps = self._gaps(prompts[:checked], out, checked) + [None] * (len(prompts) - checked)
-        texts = [self._tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
-        verdicts = judge_isolated(self._judge, problems, texts)
+        verdicts: list[Verdict | None] = [None] * len(prompts)
+        if self._judge is not None:
+            texts = [self._tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
+            verdicts = list(judge_isolated(self._judge, problems, texts))
         generation_s = time.monotonic() - started
         row = 0
         for group, lease in zip(groups, leases, strict=True):
@@ -151,7 +160,7 @@ class InferenceWorker:
                         behaviour_logprobs=tuple(out.behaviour_logprobs[row]),
                         policy_logprobs=tuple(out.policy_logprobs[row]),
                         finish_reason=out.finish_reasons[row],
-                        reward=verdict.reward,
+                        reward=None if verdict is None else verdict.reward,
                         verdict=verdict,
                     )
                 )
@@ -166,8 +175,9 @@ class InferenceWorker:
                 rollouts=tuple(rollouts),
                 generation_s=generation_s,
                 logprob_gap=max(group_gaps) if group_gaps else None,
+                problem=group.problem,
             )
-            self._rollouts.put(group.group_id, result.to_bytes())
+            self._outbox.put(group.group_id, result.to_bytes())
             # An expired lease went to another worker meanwhile; its copy is dropped by id.
             with contextlib.suppress(LeaseExpiredError):
                 self._prompts.ack(lease)

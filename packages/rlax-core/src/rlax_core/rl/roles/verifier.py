@@ -1,0 +1,148 @@
+"""The verifier: lease sampled groups, judge them, send them on to the trainer.
+
+With ``verifier.placement: stage`` inference workers put their groups, unjudged, on
+the to-verify queue and go straight back to sampling; verifiers (threads of the
+embedded run, or ``rlax train --role verifier`` processes on CPU machines) judge them.
+A verifier is stateless like a worker:
+
+* a group is leased while it is judged, so a killed verifier's groups come back to
+  the queue when their lease runs out, and another verifier judges them;
+* judged groups go on the rollout queue under the group's id, so a group judged twice
+  (its lease ran out mid-judging) arrives once: the first copy wins, and no completion
+  gets two different rewards in training;
+* a group already too old to be trained on when it is leased (the newest published
+  version is more than ``max_staleness`` past its own) is not judged: it goes on as it
+  is, unjudged, for the controller to drop and count, so no sandbox time is spent on it
+  and its slot is refilled at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+
+from rlax_core.contracts.parameter_store import ParameterStore
+from rlax_core.contracts.queue import Queue
+from rlax_core.contracts.verifier import Judge
+from rlax_core.errors import LeaseExpiredError, TransportClosedError
+from rlax_core.judging import judge_isolated
+from rlax_core.models.tokenizer import Tokenizer
+from rlax_core.types.lease import Lease
+from rlax_core.types.rollout import RolloutGroup
+
+POLL_S = 0.2
+
+
+class Verifier:
+    """One verifier's loop; run it in a thread (embedded run) or as its own process.
+
+    Args:
+        verifier_id: name in rollout groups and status files.
+        judge: decides rewards.
+        tokenizer: decodes completions for the judge.
+        store: the parameter store, read for the newest version (the staleness check).
+        to_verify: where unjudged groups wait.
+        rollouts: where judged groups go.
+        max_staleness: the run's staleness bound ``k``.
+        lease_s: how long a group is leased while it is judged.
+        groups_per_batch: groups judged in one call of the judge.
+    """
+
+    def __init__(
+        self,
+        verifier_id: str,
+        *,
+        judge: Judge,
+        tokenizer: Tokenizer,
+        store: ParameterStore,
+        to_verify: Queue,
+        rollouts: Queue,
+        max_staleness: int,
+        lease_s: float,
+        groups_per_batch: int,
+    ) -> None:
+        self.verifier_id = verifier_id
+        self._judge = judge
+        self._tokenizer = tokenizer
+        self._store = store
+        self._to_verify = to_verify
+        self._rollouts = rollouts
+        self._k = max_staleness
+        self._lease_s = lease_s
+        self._per_batch = groups_per_batch
+        self.groups_done = 0
+        self.completions_done = 0
+        self.dropped_stale = 0
+        self.busy_s = 0.0
+
+    def run(
+        self, stop: threading.Event, on_error: Callable[[BaseException], None] | None = None
+    ) -> None:
+        """Works until ``stop`` is set or the transport closes."""
+        try:
+            while not stop.is_set():
+                self.step()
+        except TransportClosedError:
+            return
+        except BaseException as exc:
+            if on_error is None:
+                raise
+            on_error(exc)
+
+    def backlog(self) -> int:
+        """Groups waiting to be judged (ready on the to-verify queue)."""
+        return self._to_verify.stats().ready
+
+    def step(self) -> bool:
+        """Judges one batch of leased groups; False if none arrived within the poll."""
+        leases = self._lease_batch()
+        if not leases:
+            return False
+        started = time.monotonic()
+        groups = [RolloutGroup.from_bytes(lease.payload) for lease in leases]
+        latest = self._store.latest()
+        newest = -1 if latest is None else latest.version
+        fresh = [newest - g.policy_version <= self._k for g in groups]
+        self.dropped_stale += fresh.count(False)
+        problems, texts = [], []
+        for group in (g for g, keep in zip(groups, fresh, strict=True) if keep):
+            for rollout in group.rollouts:
+                problems.append(group.problem)
+                texts.append(
+                    self._tokenizer.decode(rollout.completion_tokens, skip_special_tokens=True)
+                )
+        verdicts = judge_isolated(self._judge, problems, texts)
+        row = 0
+        for group, lease, keep in zip(groups, leases, fresh, strict=True):
+            if keep:
+                n = len(group.rollouts)
+                judged = tuple(
+                    r.model_copy(update={"reward": v.reward, "verdict": v})
+                    for r, v in zip(group.rollouts, verdicts[row : row + n], strict=True)
+                )
+                row += n
+                group = group.model_copy(
+                    update={"rollouts": judged, "verifier_id": self.verifier_id}
+                )
+                self.groups_done += 1
+                self.completions_done += n
+            self._rollouts.put(group.group_id, group.to_bytes())
+            # An expired lease went to another verifier meanwhile; its copy is dropped by id.
+            with contextlib.suppress(LeaseExpiredError):
+                self._to_verify.ack(lease)
+        self.busy_s += time.monotonic() - started
+        return True
+
+    def _lease_batch(self) -> list[Lease]:
+        first = self._to_verify.get(self._lease_s, timeout=POLL_S)
+        if first is None:
+            return []
+        leases = [first]
+        while len(leases) < self._per_batch:
+            more = self._to_verify.get(self._lease_s, timeout=0)
+            if more is None:
+                break
+            leases.append(more)
+        return leases
