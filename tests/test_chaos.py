@@ -1,10 +1,11 @@
 """The chaos test: a locally launched run survives what machines do to it.
 
 ``rlax launch`` (launcher: local) runs the shortened quickstart as separate processes:
-the transport server, the trainer and 3 workers. While it trains, the chaos monkey
-(rlax_launchers.testing.chaos) SIGKILLs a worker at step 8 and every 15 s, preempts one worker with
-``rlax preempt`` (SIGTERM, grace, SIGKILL), SIGKILLs the trainer once and the transport
-server once; the launcher restarts each of them. The run must still reach its last step
+the transport server, the trainer, 3 workers and 2 verifiers (the verifier stage
+judges). While it trains, the chaos monkey (rlax_launchers.testing.chaos) SIGKILLs a
+worker at step 8 and every 15 s, preempts one worker with ``rlax preempt`` (SIGTERM,
+grace, SIGKILL), SIGKILLs the trainer once, the transport server once and a verifier
+once, and preempts the other verifier; the launcher restarts each of them. The run must still reach its last step
 with every step logged once, no rollout group trained twice, staleness never above k,
 and a final pass@1 within noise of the undisturbed run.
 
@@ -56,6 +57,7 @@ def test_a_run_under_chaos_finishes_with_nothing_lost_or_doubled(
 
     kinds = [f.kind for f in result.faults]
     assert {"preempt", "trainer_kill", "transport_kill"} <= set(kinds)
+    assert {"verifier_kill", "verifier_preempt"} <= set(kinds)
     assert kinds.count("worker_kill") >= 1  # one at step 8; how many more fit depends on speed
     assert "w0" in result.status_output and "trainer" in result.status_output
 
@@ -73,5 +75,7 @@ def test_a_run_under_chaos_finishes_with_nothing_lost_or_doubled(
     assert processes["trainer"]["crashes"] >= 1 and processes["trainer"]["restarts"] >= 1
     assert processes["transport"]["crashes"] >= 1
     assert processes["w1"]["preemptions"] == 1
+    assert processes["v0"]["crashes"] >= 1 and processes["v0"]["restarts"] >= 1
+    assert processes["v1"]["preemptions"] == 1
     worker_crashes = sum(p["crashes"] for name, p in processes.items() if name.startswith("w"))
     assert worker_crashes >= kinds.count("worker_kill")

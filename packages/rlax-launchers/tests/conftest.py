@@ -32,12 +32,13 @@ def write_run_config(tmp_path: Path) -> Callable[..., Path]:
         workers: int = 2,
         run_dir: str | None = "gs://bucket/runs/demo",
         name: str = "demo",
+        verifier: dict[str, Any] | None = None,
     ) -> Path:
         data: dict[str, Any] = {
             "run": {"name": name, "run_dir": run_dir},
             "rollout": {"workers": workers, "max_new_tokens": 16},
             "transport": transport or NATS,
-            "verifier": {"judge": {"type": "math"}},
+            "verifier": {"judge": {"type": "math"}, **(verifier or {})},
         }
         if launcher is not None:
             data["launcher"] = launcher

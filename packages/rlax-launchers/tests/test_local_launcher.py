@@ -30,6 +30,24 @@ def test_dry_run_prints_the_command_of_every_process(
     assert not run_dir.exists()  # a dry run starts nothing
 
 
+def test_verifier_processes_come_with_the_verifier_stage(
+    write_run_config: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    staged = {"placement": "stage", "workers": 2}
+    config = write_run_config({"type": "local", "workers": 1}, transport=GRPC, run_dir=None,
+                              verifier=staged)  # fmt: skip
+    run_dir = tmp_path / "run"
+    assert main(["launch", str(config), "--dry-run", "--run-dir", str(run_dir)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("rlax")]
+    verifiers = [line for line in lines if "--role verifier" in line]
+    assert [line.split("--verifier-id ")[1] for line in verifiers] == ["v0 &", "v1 &"]
+    # Asked for verifiers while the workers judge inline: refused, with the fix named.
+    inline = write_run_config({"type": "local", "verifiers": 2}, transport=GRPC, run_dir=None,
+                              name="inline")  # fmt: skip
+    assert main(["launch", str(inline), "--dry-run", "--run-dir", str(run_dir)]) == 2
+    assert "set verifier.placement: stage" in capsys.readouterr().err
+
+
 def test_the_inproc_transport_cannot_be_launched_as_processes(
     write_run_config: Callable[..., Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

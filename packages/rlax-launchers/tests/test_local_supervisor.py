@@ -124,6 +124,7 @@ def test_preempt_reclaims_a_worker_and_the_launcher_restarts_it(tmp_path: Path) 
         _process("trainer", "trainer", WAIT_FOR_FILE, run_dir, done),
         _process("w0", "worker", FOREVER, run_dir),  # SIGTERM ends it at once
         _process("w1", "worker", IGNORES_SIGTERM, run_dir, tmp_path / "ready"),  # SIGKILL
+        _process("v0", "verifier", FOREVER, run_dir),  # verifiers are preemptible too
     ]
     supervisor = _supervisor(run_dir, processes)
     result: list[bool] = []
@@ -133,10 +134,13 @@ def test_preempt_reclaims_a_worker_and_the_launcher_restarts_it(tmp_path: Path) 
         _wait(lambda: _running(run_dir, "w0") and (tmp_path / "ready").exists())
         assert preempt(run_dir, "w0", grace_s=10) == "exited within the grace period"
         assert preempt(run_dir, "w1", grace_s=0.5) == "killed after the 0.5 s grace period"
-        _wait(lambda: _running(run_dir, "w0", restarts=1) and _running(run_dir, "w1", 1))
+        assert preempt(run_dir, "v0", grace_s=10) == "exited within the grace period"
+        _wait(lambda: _running(run_dir, "w0", restarts=1) and _running(run_dir, "w1", 1)
+              and _running(run_dir, "v0", restarts=1))  # fmt: skip
         rows = {row.name: row for row in collect_status(run_dir)[0]}
         assert (rows["w0"].preemptions, rows["w0"].crashes, rows["w0"].alive) == (1, 0, True)
         assert (rows["w1"].preemptions, rows["w1"].crashes) == (1, 0)
+        assert (rows["v0"].role, rows["v0"].preemptions, rows["v0"].crashes) == ("verifier", 1, 0)
     finally:
         done.write_text("")
         thread.join(60)
@@ -156,7 +160,7 @@ def test_status_and_preempt_name_what_is_wrong(
     assert main(["preempt", str(run_dir), "w7"]) == 2
     assert "'w7' is not a process of this run in" in capsys.readouterr().err
     assert main(["preempt", str(run_dir), "trainer"]) == 2
-    assert "'trainer' is not a worker" in capsys.readouterr().err
+    assert "'trainer' is the trainer, not a worker or verifier" in capsys.readouterr().err
     (run_dir / "status").mkdir()
     (run_dir / "status" / "trainer.json").write_text(json.dumps(
         {"name": "trainer", "pid": 1, "updated_at": time.time(), "role": "trainer", "step": 3,

@@ -6,13 +6,17 @@
 | trainer | ``rlax train RUN.yaml --run-dir DIR --role trainer`` |
 | multi-host trainer | + ``--coordinator HOST:PORT --num-processes N --process-id I`` |
 | inference worker | ``rlax train RUN.yaml --run-dir DIR --role worker --worker-id ID`` |
+| verifier | ``rlax train RUN.yaml --run-dir DIR --role verifier --verifier-id ID`` |
 
-Both cloud launchers build their commands here, so they never drift apart. Values that
+Every launcher builds its commands here, so they never drift apart. Values that
 are only known on the host (its process id, the coordinator's address) are passed in as
 shell variables (``${PROCESS_ID}``) or Kubernetes ``$(VAR)`` references by the caller.
 """
 
 from __future__ import annotations
+
+from rlax_core.config import RunConfigBase
+from rlax_core.errors import ConfigError
 
 
 def transport_server_command(config_path: str, set_args: list[str]) -> list[str]:
@@ -52,14 +56,30 @@ def trainer_command(
 
 def worker_command(config_path: str, run_dir: str, worker_id: str) -> list[str]:
     """An inference worker."""
-    return [
-        "rlax",
-        "train",
-        config_path,
-        "--run-dir",
-        run_dir,
-        "--role",
-        "worker",
-        "--worker-id",
-        worker_id,
-    ]
+    return ["rlax", "train", config_path, "--run-dir", run_dir, "--role", "worker",
+            "--worker-id", worker_id]  # fmt: skip
+
+
+def verifier_command(config_path: str, run_dir: str, verifier_id: str) -> list[str]:
+    """A verifier (``verifier.placement: stage``): judges on CPU, no accelerator."""
+    return ["rlax", "train", config_path, "--run-dir", run_dir, "--role", "verifier",
+            "--verifier-id", verifier_id]  # fmt: skip
+
+
+def verifier_count(run_config: RunConfigBase, configured: int | None) -> int:
+    """Verifier processes a launcher starts: ``configured``, else one per embedded thread
+    (``verifier.workers``) when the run judges in a stage, else none.
+
+    Raises:
+        ConfigError: verifiers are asked for, but the run judges inline.
+    """
+    staged = run_config.verifier is not None and run_config.verifier.placement == "stage"
+    if configured and not staged:
+        raise ConfigError(
+            f"the launcher is asked for {configured} verifier processes, but "
+            "verifier.placement is inline (workers judge their own completions): set "
+            "verifier.placement: stage, or verifiers: 0"
+        )
+    if configured is not None:
+        return configured
+    return run_config.verifier.workers if staged and run_config.verifier else 0

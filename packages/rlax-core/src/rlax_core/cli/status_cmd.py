@@ -56,6 +56,7 @@ def render(rows: list[ProcessRow]) -> Table:
         "version",
         "step",
         "throughput",
+        "backlog",
         "updated",
     ):
         table.add_column(column)
@@ -74,6 +75,7 @@ def render(rows: list[ProcessRow]) -> Table:
             _text(row.policy_version),
             _text(row.step),
             throughput or "-",
+            _text(row.backlog),
             "-" if row.updated_age_s is None else f"{row.updated_age_s:.0f} s ago",
         )
     return table

@@ -50,6 +50,7 @@ class ProcessRow:
     step: int | None
     throughput: dict[str, float]
     updated_age_s: float | None
+    backlog: int | None = None  # a verifier's: groups waiting to be judged
 
 
 def collect_status(run_dir: Path) -> tuple[list[ProcessRow], ProcessTable | None]:
@@ -147,4 +148,5 @@ def _row(
         step=status.get("step"),
         throughput=throughput,
         updated_age_s=None if updated is None else max(0.0, now - float(updated)),
+        backlog=status.get("backlog"),
     )

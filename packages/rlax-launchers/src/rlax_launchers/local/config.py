@@ -6,12 +6,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class LocalLauncherConfig(BaseModel):
-    """Runs the transport server, the trainer and the workers as processes on this machine."""
+    """Runs the transport server, the trainer, the workers and the verifiers as processes on
+    this machine."""
 
     model_config = ConfigDict(extra="forbid")
 
     workers: int | None = Field(
         default=None, ge=1, description="Inference worker processes (null: rollout.workers)."
+    )
+    verifiers: int | None = Field(
+        default=None,
+        ge=0,
+        description="Verifier processes, named v0, v1, ... (verifier.placement: stage; null: "
+        "verifier.workers when the run judges in a stage, else none).",
     )
     restart_backoff_s: float = Field(
         default=1.0,

@@ -27,7 +27,13 @@ from rlax_core.plugins.registry import BuildContext, Registry
 from rlax_launchers.local.config import LocalLauncherConfig
 from rlax_launchers.local.supervised import SupervisedProcess
 from rlax_launchers.local.supervisor import Supervisor
-from rlax_launchers.role_commands import trainer_command, transport_server_command, worker_command
+from rlax_launchers.role_commands import (
+    trainer_command,
+    transport_server_command,
+    verifier_command,
+    verifier_count,
+    worker_command,
+)
 
 # Where a transport server keeps its state when the config names no folder, so that a
 # restarted server still holds the published versions and the queued items.
@@ -78,7 +84,7 @@ class LocalLauncher(Launcher):
         return [a for a in artifacts if a is not trainer] + [trainer]
 
     def processes(self, run_config: RunConfigBase, run_dir: Path) -> list[SupervisedProcess]:
-        """The processes of the run: transport server (if one is needed), trainer, workers.
+        """The run's processes: transport server (if one is needed), trainer, workers, verifiers.
 
         Raises:
             ConfigError: the transport cannot cross processes (inproc), or no config file.
@@ -112,6 +118,9 @@ class LocalLauncher(Launcher):
         for i in range(self.config.workers or run_config.rollout.workers):
             worker = worker_command(config, directory, f"w{i}")
             processes.append(SupervisedProcess(f"w{i}", "worker", rlax + worker[1:], run_dir))
+        for i in range(verifier_count(run_config, self.config.verifiers)):
+            verifier = verifier_command(config, directory, f"v{i}")
+            processes.append(SupervisedProcess(f"v{i}", "verifier", rlax + verifier[1:], run_dir))
         return processes
 
     def launch(self, run_config: RunConfigBase, run_dir: Path) -> None:

@@ -16,11 +16,14 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Literal
 
-from rlax_core.kit.launcher import LOGS_DIR, ProcessEntry, ProcessState, signal_when_parent_dies
-
-Role = Literal["transport", "trainer", "worker"]
+from rlax_core.kit.launcher import (
+    LOGS_DIR,
+    ProcessEntry,
+    ProcessRole,
+    ProcessState,
+    signal_when_parent_dies,
+)
 
 
 class SupervisedProcess:
@@ -33,9 +36,9 @@ class SupervisedProcess:
         run_dir: the run directory (its log is ``logs/<name>.log`` there).
     """
 
-    def __init__(self, name: str, role: Role, command: list[str], run_dir: Path) -> None:
+    def __init__(self, name: str, role: ProcessRole, command: list[str], run_dir: Path) -> None:
         self.name = name
-        self.role: Role = role
+        self.role: ProcessRole = role
         self.command = command
         self.log_path = run_dir / LOGS_DIR / f"{name}.log"
         self.state: ProcessState = "starting"

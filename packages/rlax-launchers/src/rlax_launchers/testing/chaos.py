@@ -4,9 +4,10 @@
 its run directory and, while the trainer makes progress, does what machines do to a
 job: it SIGKILLs a worker every ``worker_kill_every_s`` seconds (round robin), preempts
 one worker gracefully with ``rlax preempt``, SIGKILLs the trainer once and the transport
-server once. A one-off fault waits until the run has recovered from the previous one
-(a new step was logged, and a preempted worker is gone), so the time each fault cost
-can be told apart.
+server once, and, where the run has verifiers, SIGKILLs one and preempts another. A
+one-off fault waits until the run has recovered from the previous one (a new step was
+logged, and a preempted process is gone), so the time each fault cost can be told
+apart.
 
 :func:`chaos_report` reads the run's metrics, launcher events and last checkpoint and
 gives the accounting (steps, groups trained, duplicates, staleness) and, per kind of
@@ -42,7 +43,8 @@ from rlax_core.kit.launcher import (
 class Fault:
     """One injected fault: what, to whom, when, and where the run stood."""
 
-    kind: str  # "worker_kill", "preempt", "trainer_kill", "transport_kill"
+    kind: str  # "worker_kill", "preempt", "trainer_kill", "transport_kill",
+    # "verifier_kill", "verifier_preempt"
     name: str
     time: float
     step: int  # the last step logged before it
@@ -60,6 +62,9 @@ class ChaosPlan:
     preempt_at_step: int = 5
     trainer_kill_at_step: int = 12
     transport_kill_at_step: int = 24
+    # Verifier faults, where the run has verifiers (none is injected otherwise).
+    verifier_kill_at_step: int = 16
+    verifier_preempt_at_step: int = 20
     quiet_from_step: int = 34  # no new faults from here on: the run ends undisturbed
     # Short: the next one-off fault waits for the preempted worker to leave, and a run
     # of 40 fast steps once ended before its trainer and server faults while a worker
@@ -98,14 +103,7 @@ class ChaosMonkey(threading.Thread):
             self.errors.append(exc)
 
     def _inject(self) -> None:
-        one_offs = sorted(
-            [
-                (self.plan.preempt_at_step, "preempt"),
-                (self.plan.worker_kill_at_step, "worker_kill"),
-                (self.plan.trainer_kill_at_step, "trainer_kill"),
-                (self.plan.transport_kill_at_step, "transport_kill"),
-            ]
-        )
+        one_offs: list[tuple[int, str]] | None = None
         next_worker_kill: float | None = None
         workers = 0
         recovering_from: int | None = None  # the step of the last one-off fault
@@ -113,6 +111,8 @@ class ChaosMonkey(threading.Thread):
             last = _last_step(self.run_dir)
             if last is None or last[0] < 1:
                 continue  # not training yet
+            if one_offs is None:  # the launcher's table lists every process by now
+                one_offs = self._one_offs()
             step, step_time = last
             if step >= self.plan.quiet_from_step and not one_offs:
                 self.status_output = _rlax("status", str(self.run_dir)).stdout
@@ -128,16 +128,32 @@ class ChaosMonkey(threading.Thread):
                 self._one_off(kind, step, step_time)
                 recovering_from = step
             elif step < self.plan.quiet_from_step and time.monotonic() >= next_worker_kill:
-                name = f"w{workers % _worker_count(self.run_dir)}"
+                name = f"w{workers % _count(self.run_dir, 'worker')}"
                 workers += 1
                 if self._kill(name):
                     self.faults.append(Fault("worker_kill", name, time.time(), step, step_time))
                 next_worker_kill = time.monotonic() + self.plan.worker_kill_every_s
 
+    def _one_offs(self) -> list[tuple[int, str]]:
+        """(step, kind) of every one-off fault, in step order."""
+        plan = self.plan
+        one_offs = [
+            (plan.preempt_at_step, "preempt"),
+            (plan.worker_kill_at_step, "worker_kill"),
+            (plan.trainer_kill_at_step, "trainer_kill"),
+            (plan.transport_kill_at_step, "transport_kill"),
+        ]
+        if _count(self.run_dir, "verifier") >= 2:
+            one_offs += [
+                (plan.verifier_kill_at_step, "verifier_kill"),
+                (plan.verifier_preempt_at_step, "verifier_preempt"),
+            ]
+        return sorted(one_offs)
+
     def _one_off(self, kind: str, step: int, step_time: float) -> None:
         now = time.time()
-        if kind == "preempt":
-            name = "w1"
+        if kind in ("preempt", "verifier_preempt"):
+            name = "w1" if kind == "preempt" else "v1"
             self._preempting = subprocess.Popen(
                 [sys.executable, "-m", "rlax_core.cli", "preempt", str(self.run_dir), name,
                  "--grace", str(self.plan.preempt_grace_s)],
@@ -148,7 +164,7 @@ class ChaosMonkey(threading.Thread):
             if not name:
                 raise RuntimeError("no worker besides w1 was running when its kill was due")
         else:
-            name = "trainer" if kind == "trainer_kill" else "transport"
+            name = {"trainer_kill": "trainer", "transport_kill": "transport"}.get(kind, "v0")
             if not self._kill(name):
                 raise RuntimeError(f"{name} was not running when its fault was due")
         self.faults.append(Fault(kind, name, now, step, step_time))
@@ -197,7 +213,7 @@ def chaos_report(run_dir: Path, faults: list[Fault]) -> dict[str, Any]:
         "median_step_interval_s": median,
         "groups": {
             k: last.get(f"groups/{k}")
-            for k in ("issued", "trained", "duplicates", "dropped_no_signal")
+            for k in ("issued", "trained", "duplicates", "dropped_no_signal", "dropped_unjudged")
         },
         "trained_ids": len(trained_ids),
         "trained_ids_unique": len(set(trained_ids)),
@@ -242,8 +258,11 @@ def _last_step(run_dir: Path) -> tuple[int, float] | None:
     return (rows[-1]["step"], rows[-1]["time"]) if rows else None
 
 
-def _worker_count(run_dir: Path) -> int:
-    return sum(1 for p in read_table(run_dir).processes if p.role == "worker")
+def _count(run_dir: Path, role: str) -> int:
+    """Processes of ``role`` in the run's table (0 before the launcher wrote it)."""
+    if not (run_dir / TABLE_FILE).exists():
+        return 0
+    return sum(1 for p in read_table(run_dir).processes if p.role == role)
 
 
 def _trained_ids(run_dir: Path, step: int) -> list[str]:

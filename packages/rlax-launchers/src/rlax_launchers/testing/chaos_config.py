@@ -2,8 +2,9 @@
 
 The quickstart (a 2-layer Qwen-architecture model learning to reverse four-digit
 numbers, with a supervised warm start) over a networked transport, with 3 worker
-processes, 40 RL steps, short leases so a killed process's items come back within
-seconds, and an evaluation at the start and at the end only.
+processes and, judging for them in the verifier stage, 2 verifier processes; 40 RL
+steps, short leases so a killed process's items come back within seconds, and an
+evaluation at the start and at the end only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import yaml
 
 TOTAL_STEPS = 40
 WORKERS = 3
+VERIFIERS = 2
 MAX_STALENESS = 1
 
 
@@ -33,6 +35,7 @@ def chaos_run_config(
     *,
     total_steps: int = TOTAL_STEPS,
     seed: int = 0,
+    verifiers: int = VERIFIERS,
     launcher: dict[str, Any] | None = None,
 ) -> Path:
     """Writes the run config and returns its path.
@@ -45,6 +48,7 @@ def chaos_run_config(
             server's state in the run directory.
         total_steps: RL steps.
         seed: the run's seed.
+        verifiers: verifier processes (0: the workers judge inline).
         launcher: changes to the local launcher's settings.
     """
     config = yaml.safe_load(quickstart.read_text())
@@ -58,6 +62,8 @@ def chaos_run_config(
     config["checkpoint"] = {"every_steps": 5}
     config["staleness"]["max_staleness"] = MAX_STALENESS
     config["rollout"].update({"workers": WORKERS, "groups_per_batch": 8, "lease_s": 10})
+    if verifiers:
+        config["verifier"].update({"placement": "stage", "groups_per_batch": 8})
     port = free_port()
     if transport == "nats":
         config["transport"] = {"type": "nats", "servers": [f"nats://127.0.0.1:{port}"]}
@@ -69,6 +75,7 @@ def chaos_run_config(
         "max_backoff_s": 4.0,
         "stable_after_s": 20.0,
         "stop_grace_s": 10.0,
+        "verifiers": verifiers,
         **(launcher or {}),
     }
     directory.mkdir(parents=True, exist_ok=True)
