@@ -57,7 +57,10 @@ def run(args: argparse.Namespace) -> int:
         # bring their own); it has to be chosen before the backend starts.
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
-    from rlax_core.rl.roles import start  # imports JAX: after the config is known to be valid
+    if args.role == "verifier":  # it needs no JAX: start it without importing it
+        from rlax_core.rl.roles.verifier import run_verifier
+    else:
+        from rlax_core.rl.roles import start  # imports JAX: after the config is known valid
 
     stop = threading.Event()
     stopped_by_signal: list[int] = []
@@ -86,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
         start.run_worker(config, config_dir, args.run_dir, worker_id=args.worker_id, stop=stop,
                          working=working)  # fmt: skip
     elif args.role == "verifier":
-        start.run_verifier(config, config_dir, args.run_dir, verifier_id=args.verifier_id,
-                           stop=stop, working=working)  # fmt: skip
+        run_verifier(config, config_dir, args.run_dir, verifier_id=args.verifier_id, stop=stop,
+                     working=working)  # fmt: skip
     elif args.role == "trainer":
         try:
             finished = start.run_trainer(config, config_dir, args.run_dir, resume=args.resume,

@@ -1,7 +1,9 @@
 """Building a run's parts from its config: tokenizer, model, prompts, judge, transport.
 
-Shared by every role (the embedded run, the trainer process, worker processes), so each
-builds exactly the same model structure, prompt encoding and stop tokens.
+Shared by every role (the embedded run, the trainer process, worker and verifier
+processes), so each builds exactly the same model structure, prompt encoding and stop
+tokens. JAX and the model are imported only where a model or a mesh is built: a
+verifier process needs neither.
 """
 
 from __future__ import annotations
@@ -10,21 +12,20 @@ import contextlib
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import jax
-from jax.sharding import Mesh
+from typing import TYPE_CHECKING, Any
 
 from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.transport import Transport
 from rlax_core.contracts.verifier import Judge
 from rlax_core.data import PromptDataset, PromptMixture
-from rlax_core.errors import ConfigError
-from rlax_core.models import PRESETS, QwenConfig, init_model, load_pretrained
-from rlax_core.models.qwen import Qwen
-from rlax_core.models.sharding import MeshShape
+from rlax_core.errors import ConfigError, RlaxError
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.plugins.registry import BuildContext, Registry
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh
+
+    from rlax_core.models.qwen import Qwen
 
 Prompt = tuple[str, list[int], dict[str, Any]]  # (example id, token ids, problem)
 
@@ -70,6 +71,10 @@ def mesh_of(config: RunConfigBase) -> Mesh | None:
         ConfigError: the mesh needs more devices than there are, or does not cover all
             the devices of a multi-host trainer.
     """
+    import jax  # (here: a verifier builds its parts without JAX)
+
+    from rlax_core.models.sharding import MeshShape
+
     section = config.trainer.mesh
     shape = MeshShape(data=section.data, fsdp=section.fsdp, tensor=section.tensor)
     if jax.process_count() > 1 and shape.size != jax.device_count():
@@ -89,6 +94,8 @@ def mesh_of(config: RunConfigBase) -> Mesh | None:
 
 def build_model(config: RunConfigBase, base_dir: Path, *, mesh: Mesh | None = None) -> Qwen:
     """The policy: a checkpoint from ``model.path`` or a preset initialised with the seed."""
+    from rlax_core.models import PRESETS, QwenConfig, init_model, load_pretrained
+
     section = config.model
     dtypes = dict(param_dtype=section.dtype, dtype=section.activation_dtype or section.dtype)
     if section.path is not None:
@@ -145,6 +152,19 @@ def build_judge(registry: Registry, config: RunConfigBase, run_dir: Path) -> Jud
         raise ConfigError("the run config has no verifier section: RL needs a judge for rewards")
     context = BuildContext(registry, run_config=config, run_dir=run_dir)
     return registry.build("judge", config.verifier.judge, context)
+
+
+def require_networked_transport(role: str, config: RunConfigBase) -> None:
+    """Refuses a process of ``role`` on the in-process transport (it cannot reach the run).
+
+    Raises:
+        RlaxError: ``transport.type`` is inproc.
+    """
+    if config.transport.type == "inproc":  # type: ignore[attr-defined]
+        raise RlaxError(
+            f"a {role} process needs a networked transport (transport.type nats or grpc); "
+            "with inproc, run everything in one process: rlax train CONFIG"
+        )
 
 
 def judged_by_stage(config: RunConfigBase) -> bool:

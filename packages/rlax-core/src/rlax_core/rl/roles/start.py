@@ -14,13 +14,12 @@ import jax
 from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.transport import Transport
 from rlax_core.contracts.verifier import Judge
-from rlax_core.errors import RlaxError
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.plugins.manager import load_registry
 from rlax_core.rl.roles import components, queues
 from rlax_core.rl.roles.trainer import TrainerRun
-from rlax_core.rl.roles.verifier import Verifier
+from rlax_core.rl.roles.verifier import Verifier, verifier_of
 from rlax_core.rl.roles.worker import InferenceWorker
 from rlax_core.run_dir.layout import default_run_dir
 from rlax_core.run_dir.status import write_status
@@ -60,7 +59,7 @@ def run_all(
     ]  # fmt: skip
     if staged:
         assert config.verifier is not None
-        loops += [_verifier(f"verifier-{i}", config, judge, trainer.tokenizer, transport)
+        loops += [verifier_of(f"verifier-{i}", config, judge, trainer.tokenizer, transport)
                   for i in range(config.verifier.workers)]  # fmt: skip
     threads = []
     for loop in loops:
@@ -130,7 +129,7 @@ def run_worker(
     """
     registry = load_registry()
     run_dir = run_dir or default_run_dir(config)
-    _needs_a_network("worker", config)
+    components.require_networked_transport("worker", config)
     transport = components.build_transport(registry, config, run_dir)
     judge = None
     if not components.judged_by_stage(config):
@@ -148,53 +147,6 @@ def run_worker(
         if judge is not None:
             judge.close()
         transport.close()
-
-
-def run_verifier(
-    config: RunConfigBase,
-    config_dir: Path,
-    run_dir: Path | None,
-    *,
-    verifier_id: str,
-    stop: threading.Event,
-    working: threading.Event | None = None,
-) -> None:
-    """One verifier process (``verifier.placement: stage``); runs until ``stop``.
-
-    It needs no accelerator and no model: the judge, the tokenizer and the transport.
-    ``working`` is set when it starts leasing groups (see :func:`run_worker`).
-    """
-    registry = load_registry()
-    run_dir = run_dir or default_run_dir(config)
-    _needs_a_network("verifier", config)
-    if not components.judged_by_stage(config):
-        raise RlaxError(
-            "a verifier process judges for the verifier stage, but verifier.placement is "
-            "inline (workers judge their own completions); set verifier.placement: stage"
-        )
-    transport = components.build_transport(registry, config, run_dir)
-    judge = components.build_judge(registry, config, run_dir)
-    tokenizer = components.load_tokenizer(config, config_dir)
-    verifier = _verifier(verifier_id, config, judge, tokenizer, transport)
-    reporter = threading.Thread(
-        target=_report_verifier, args=(verifier, run_dir, stop), daemon=True
-    )
-    reporter.start()
-    if working is not None:
-        working.set()
-    try:
-        verifier.run(stop)
-    finally:
-        judge.close()
-        transport.close()
-
-
-def _needs_a_network(role: str, config: RunConfigBase) -> None:
-    if config.transport.type == "inproc":  # type: ignore[attr-defined]
-        raise RlaxError(
-            f"a {role} process needs a networked transport (transport.type nats or grpc); "
-            "with inproc, run everything in one process: rlax train CONFIG"
-        )
 
 
 def _worker(
@@ -221,39 +173,10 @@ def _worker(
     )
 
 
-def _verifier(
-    verifier_id: str, config: RunConfigBase, judge: Judge, tokenizer: Tokenizer,
-    transport: Transport,
-) -> Verifier:  # fmt: skip
-    """A verifier of the run on ``transport`` (a thread's or a process's)."""
-    assert config.verifier is not None
-    return Verifier(
-        verifier_id,
-        judge=judge,
-        tokenizer=tokenizer,
-        store=transport.parameter_store(),
-        to_verify=transport.queue(queues.TO_VERIFY),
-        rollouts=transport.queue(queues.ROLLOUTS),
-        max_staleness=config.staleness.max_staleness,
-        lease_s=config.rollout.lease_s,
-        groups_per_batch=config.verifier.groups_per_batch,
-    )
-
-
 def _report_worker(worker: InferenceWorker, run_dir: Path, stop: threading.Event) -> None:
     while not stop.wait(STATUS_EVERY_S):
         rate = worker.samples_done / worker.busy_s if worker.busy_s else 0.0
         write_status(run_dir, worker.worker_id, {
             "role": "worker", "policy_version": worker.version, "groups": worker.groups_done,
             "throughput": {"samples_per_s": rate},
-        })  # fmt: skip
-
-
-def _report_verifier(verifier: Verifier, run_dir: Path, stop: threading.Event) -> None:
-    while not stop.wait(STATUS_EVERY_S):
-        rate = verifier.completions_done / verifier.busy_s if verifier.busy_s else 0.0
-        write_status(run_dir, verifier.verifier_id, {
-            "role": "verifier", "groups": verifier.groups_done,
-            "dropped_stale": verifier.dropped_stale, "backlog": verifier.backlog(),
-            "throughput": {"completions_per_s": rate},
         })  # fmt: skip

@@ -14,6 +14,9 @@ A verifier is stateless like a worker:
   version is more than ``max_staleness`` past its own) is not judged: it goes on as it
   is, unjudged, for the controller to drop and count, so no sandbox time is spent on it
   and its slot is refilled at once.
+
+A verifier process (:func:`run_verifier`) imports neither JAX nor the model: it needs the
+judge, the tokenizer and the transport, so it starts in the time those take.
 """
 
 from __future__ import annotations
@@ -22,17 +25,25 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.parameter_store import ParameterStore
 from rlax_core.contracts.queue import Queue
+from rlax_core.contracts.transport import Transport
 from rlax_core.contracts.verifier import Judge
-from rlax_core.errors import LeaseExpiredError, TransportClosedError
+from rlax_core.errors import LeaseExpiredError, RlaxError, TransportClosedError
 from rlax_core.judging import judge_isolated
 from rlax_core.models.tokenizer import Tokenizer
+from rlax_core.plugins.manager import load_registry
+from rlax_core.rl.roles import components, queues
+from rlax_core.run_dir.layout import default_run_dir
+from rlax_core.run_dir.status import write_status
 from rlax_core.types.lease import Lease
 from rlax_core.types.rollout import RolloutGroup
 
 POLL_S = 0.2
+STATUS_EVERY_S = 5.0
 
 
 class Verifier:
@@ -146,3 +157,69 @@ class Verifier:
                 break
             leases.append(more)
         return leases
+
+
+def verifier_of(
+    verifier_id: str, config: RunConfigBase, judge: Judge, tokenizer: Tokenizer,
+    transport: Transport,
+) -> Verifier:  # fmt: skip
+    """A verifier of the run on ``transport`` (a thread's or a process's)."""
+    assert config.verifier is not None
+    return Verifier(
+        verifier_id,
+        judge=judge,
+        tokenizer=tokenizer,
+        store=transport.parameter_store(),
+        to_verify=transport.queue(queues.TO_VERIFY),
+        rollouts=transport.queue(queues.ROLLOUTS),
+        max_staleness=config.staleness.max_staleness,
+        lease_s=config.rollout.lease_s,
+        groups_per_batch=config.verifier.groups_per_batch,
+    )
+
+
+def run_verifier(
+    config: RunConfigBase,
+    config_dir: Path,
+    run_dir: Path | None,
+    *,
+    verifier_id: str,
+    stop: threading.Event,
+    working: threading.Event | None = None,
+) -> None:
+    """One verifier process (``verifier.placement: stage``); runs until ``stop``.
+
+    It needs no accelerator and no model: the judge, the tokenizer and the transport.
+    ``working`` is set when it starts leasing groups (see :func:`run_worker`).
+    """
+    registry = load_registry()
+    run_dir = run_dir or default_run_dir(config)
+    components.require_networked_transport("verifier", config)
+    if not components.judged_by_stage(config):
+        raise RlaxError(
+            "a verifier process judges for the verifier stage, but verifier.placement is "
+            "inline (workers judge their own completions); set verifier.placement: stage"
+        )
+    transport = components.build_transport(registry, config, run_dir)
+    judge = components.build_judge(registry, config, run_dir)
+    tokenizer = components.load_tokenizer(config, config_dir)
+    verifier = verifier_of(verifier_id, config, judge, tokenizer, transport)
+    reporter = threading.Thread(target=_report, args=(verifier, run_dir, stop), daemon=True)
+    reporter.start()
+    if working is not None:
+        working.set()
+    try:
+        verifier.run(stop)
+    finally:
+        judge.close()
+        transport.close()
+
+
+def _report(verifier: Verifier, run_dir: Path, stop: threading.Event) -> None:
+    while not stop.wait(STATUS_EVERY_S):
+        rate = verifier.completions_done / verifier.busy_s if verifier.busy_s else 0.0
+        write_status(run_dir, verifier.verifier_id, {
+            "role": "verifier", "groups": verifier.groups_done,
+            "dropped_stale": verifier.dropped_stale, "backlog": verifier.backlog(),
+            "throughput": {"completions_per_s": rate},
+        })  # fmt: skip
