@@ -82,3 +82,20 @@ def test_verify_writes_stdout_and_refuses_bad_arguments(tmp_path: Path) -> None:
     )
     assert unknown.returncode == 2 and "no sandbox named 'nope'" in unknown.stderr
     assert "Traceback" not in missing.stderr + unknown.stderr
+
+
+def test_one_pathological_answer_costs_its_own_line_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    lines = [
+        {"id": i, "problem": {"kind": "math", "answer": str(i)}, "completion": f"\\boxed{{{i}}}"}
+        for i in range(9)
+    ]
+    lines.insert(4, {"id": "big", "problem": {"kind": "math", "answer": "1"},
+                     "completion": "\\boxed{1e999999}"})  # fmt: skip
+    out = tmp_path / "out.jsonl"
+    assert main(["verify", str(_write(tmp_path / "in.jsonl", lines)), "--out", str(out)]) == 0
+    rows = {row["id"]: row for row in map(json.loads, out.read_text().splitlines())}
+    assert [rows[i]["verdict"] for i in range(9)] == ["AC"] * 9
+    assert rows["big"]["verdict"] == "WA"
+    assert "judged 10 completions: 9 AC, 1 WA" in capsys.readouterr().err
