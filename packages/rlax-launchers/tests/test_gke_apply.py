@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from rlax_core.cli.main import main
 from rlax_core.config import load_run_config
@@ -28,7 +29,10 @@ PATHS = {
     "Service": f"{NS}/services",
     "StatefulSet": "/apis/apps/v1/namespaces/default/statefulsets",
     "JobSet": "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets",
+    "Deployment": "/apis/apps/v1/namespaces/default/deployments",
+    "ScaledObject": "/apis/keda.sh/v1alpha1/namespaces/default/scaledobjects",
 }
+AUTOSCALED = {"verifiers": {"autoscale": {"enabled": True}}}
 
 
 @pytest.fixture
@@ -51,6 +55,16 @@ def config_path(
             "kubeconfig": str(kubeconfig),
         }
     )
+
+
+@pytest.fixture
+def staged_config_path(config_path: Path) -> Path:
+    """The same run, judged by verifiers that KEDA scales."""
+    settings = yaml.safe_load(config_path.read_text())
+    settings["verifier"]["placement"] = "stage"
+    settings["launcher"].update(AUTOSCALED)
+    config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
+    return config_path
 
 
 def rendered(config_path: Path, registry: Registry) -> list[dict[str, Any]]:
@@ -195,3 +209,70 @@ def test_a_missing_kubeconfig_is_a_config_error(
     )
     assert main(["launch", str(path), "--status"]) == 2
     assert "cannot use kubeconfig" in capsys.readouterr().err
+
+
+def test_apply_creates_the_verifier_deployment_and_its_scaled_object(
+    api: FakeKubernetesApi, staged_config_path: Path, registry: Registry
+) -> None:
+    assert main(["launch", str(staged_config_path), "--apply"]) == 0
+    manifests = rendered(staged_config_path, registry)
+    assert [m["kind"] for m in manifests][-2:] == ["Deployment", "ScaledObject"]
+    assert [(r.method, r.path) for r in api.requests] == [
+        ("POST", PATHS[m["kind"]]) for m in manifests
+    ]
+    assert f"{PATHS['ScaledObject']}/demo-verifier" in api.objects
+
+
+def test_applying_again_keeps_the_verifier_count_that_keda_set(
+    api: FakeKubernetesApi, staged_config_path: Path
+) -> None:
+    assert main(["launch", str(staged_config_path), "--apply"]) == 0
+    path = f"{PATHS['Deployment']}/demo-verifier"
+    scaled = dict(api.objects[path])
+    scaled["spec"] = dict(scaled["spec"], replicas=7)  # as KEDA's HPA would have it
+    api.put_object(path, scaled)
+    api.requests.clear()
+    assert main(["launch", str(staged_config_path), "--apply"]) == 0
+    (put,) = [r for r in api.requests if r.method == "PUT" and r.path == path]
+    assert put.body["spec"]["replicas"] == 7
+
+
+def test_status_and_stop_cover_the_verifiers(
+    api: FakeKubernetesApi, staged_config_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["launch", str(staged_config_path), "--apply"]) == 0
+    labels = {"app.kubernetes.io/instance": "demo", "app.kubernetes.io/component": "verifier"}
+    api.put_object(
+        f"{NS}/pods/demo-verifier-5d8f-x2k4l",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "demo-verifier-5d8f-x2k4l", "labels": labels},
+            "status": {"phase": "Running"},
+        },
+    )
+    capsys.readouterr()
+    assert main(["launch", str(staged_config_path), "--status"]) == 0
+    rows = [line.split()[:3] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows == [["verifier", "demo-verifier-5d8f-x2k4l", "running"]]
+    api.requests.clear()
+    assert main(["launch", str(staged_config_path), "--stop"]) == 0
+    deleted = [r.path for r in api.requests if r.method == "DELETE"]
+    assert deleted[:3] == [
+        f"{PATHS['JobSet']}/demo",
+        f"{PATHS['ScaledObject']}/demo-verifier",  # before its target: KEDA lets go first
+        f"{PATHS['Deployment']}/demo-verifier",
+    ]
+    assert not [p for p in api.objects if "verifier" in p and "/pods/" not in p]
+
+
+def test_a_cluster_without_keda_is_a_clear_error(
+    api: FakeKubernetesApi, staged_config_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    api.missing_apis.append("/apis/keda.sh/")
+    assert main(["launch", str(staged_config_path), "--apply"]) == 1
+    err = capsys.readouterr().err
+    assert "create ScaledObject demo-verifier" in err
+    assert "is KEDA installed? (kubectl get crd scaledobjects.keda.sh)" in err
+    # --stop still works there: nothing to delete is no error.
+    assert main(["launch", str(staged_config_path), "--stop"]) == 0

@@ -3,7 +3,7 @@
 Core objects are checked with kubernetes-validate (Kubernetes 1.35, strict: an unknown
 field is an error, where the API server would drop it silently); the JobSet against its
 CRD's openAPIV3Schema (made strict the same way), and its Job templates once more as
-batch/v1 Jobs.
+batch/v1 Jobs (the ``validate_manifests`` fixture of conftest.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -25,71 +24,8 @@ from rlax_core.errors import ConfigError
 from rlax_core.plugins import Registry
 from rlax_launchers.gke.manifests import render_manifests
 
-KUBERNETES_VERSION = "1.35.0"
-CRD_FILE = "jobset.x-k8s.io_jobsets.yaml"
 IMAGE = "us-docker.pkg.dev/my-project/rlax/rlax:0.1.0"
 GRPC = {"type": "grpc", "address": "10.0.0.1:50051"}
-
-
-def _find_schemas() -> Path | None:
-    """shared/schemas beside the repository (or beside a folder above a worktree)."""
-    repo = Path(__file__).resolve().parents[3]
-    for folder in [repo, *repo.parents]:
-        candidate = folder / "shared" / "schemas" / CRD_FILE
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _strict(schema: Any) -> Any:
-    """The schema with unknown properties refused wherever it lists the known ones."""
-    if isinstance(schema, dict):
-        schema = {k: _strict(v) for k, v in schema.items()}
-        if (
-            "properties" in schema
-            and "additionalProperties" not in schema
-            and not schema.get("x-kubernetes-preserve-unknown-fields")
-        ):
-            schema["additionalProperties"] = False
-        return schema
-    if isinstance(schema, list):
-        return [_strict(item) for item in schema]
-    return schema
-
-
-@pytest.fixture(scope="module")
-def jobset_validator() -> jsonschema.Validator:
-    path = _find_schemas()
-    if path is None:
-        pytest.skip(
-            f"{CRD_FILE} is not in shared/schemas beside this checkout, so the JobSet cannot "
-            "be validated against its CRD here"
-        )
-    crd = yaml.safe_load(path.read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2"]
-    schema = _strict(version["schema"]["openAPIV3Schema"])
-    return jsonschema.Draft7Validator(schema)
-
-
-def validate_all(manifests: list[dict[str, Any]], jobset_validator: jsonschema.Validator) -> None:
-    for manifest in manifests:
-        if manifest["kind"] == "JobSet":
-            errors = sorted(jobset_validator.iter_errors(manifest), key=str)
-            assert errors == [], "\n".join(
-                f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors[:10]
-            )
-            for replicated in manifest["spec"]["replicatedJobs"]:
-                template = replicated["template"]
-                job = {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "metadata": {"name": f"{manifest['metadata']['name']}-{replicated['name']}-0"}
-                    | template["metadata"],
-                    "spec": template["spec"],
-                }
-                kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
-        else:
-            kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
 
 
 def launcher(**fields: Any) -> dict[str, Any]:
@@ -113,11 +49,11 @@ def by_kind(items: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 def test_nats_run_with_spot_workers_and_kueue(
     make_run_config: Callable[..., Any],
     registry: Registry,
-    jobset_validator: jsonschema.Validator,
+    validate_manifests: Callable[[list[dict[str, Any]]], None],
 ) -> None:
     run_config = make_run_config(launcher(kueue_queue="tpu-queue", namespace="rl"))
     items = render_manifests(run_config.launcher, run_config).items
-    validate_all(items, jobset_validator)
+    validate_manifests(items)
     assert [m["kind"] for m in items] == [
         "PriorityClass", "PriorityClass", "ConfigMap", "Service", "StatefulSet", "JobSet",
     ]  # fmt: skip
@@ -204,7 +140,7 @@ def test_the_config_map_holds_a_valid_run_config_that_points_at_the_service(
 def test_grpc_credentials_travel_in_a_secret_and_are_merged_by_an_init_container(
     make_run_config: Callable[..., Any],
     registry: Registry,
-    jobset_validator: jsonschema.Validator,
+    validate_manifests: Callable[[list[dict[str, Any]]], None],
     tmp_path: Path,
 ) -> None:
     ca = tmp_path / "ca.pem"
@@ -212,7 +148,7 @@ def test_grpc_credentials_travel_in_a_secret_and_are_merged_by_an_init_container
     transport = {**GRPC, "token": "s3cret-token", "tls_ca_file": str(ca)}
     run_config = make_run_config(launcher(), transport=transport)
     items = render_manifests(run_config.launcher, run_config).items
-    validate_all(items, jobset_validator)
+    validate_manifests(items)
     kinds = by_kind(items)
     assert [m["kind"] for m in items][2:] == [
         "Secret", "ConfigMap", "Service", "PersistentVolumeClaim", "Deployment", "JobSet",
@@ -251,7 +187,7 @@ def test_grpc_credentials_travel_in_a_secret_and_are_merged_by_an_init_container
 def test_multi_host_worker_slices_and_no_priority_classes(
     make_run_config: Callable[..., Any],
     registry: Registry,
-    jobset_validator: jsonschema.Validator,
+    validate_manifests: Callable[[list[dict[str, Any]]], None],
 ) -> None:
     section = launcher(
         workers={"accelerator_type": "v5p-16", "spot": False},
@@ -261,7 +197,7 @@ def test_multi_host_worker_slices_and_no_priority_classes(
     )
     run_config = make_run_config(section, workers=4)
     items = render_manifests(run_config.launcher, run_config).items
-    validate_all(items, jobset_validator)
+    validate_manifests(items)
     assert "PriorityClass" not in by_kind(items)
     trainer, worker = by_kind(items)["JobSet"][0]["spec"]["replicatedJobs"]
     assert (
@@ -278,7 +214,8 @@ def test_multi_host_worker_slices_and_no_priority_classes(
 
 
 def test_a_broken_manifest_is_caught_by_the_validation(
-    make_run_config: Callable[..., Any], jobset_validator: jsonschema.Validator
+    make_run_config: Callable[..., Any],
+    validate_manifests: Callable[[list[dict[str, Any]]], None],
 ) -> None:
     """The validation has teeth: a misspelt field fails it."""
     run_config = make_run_config(launcher())
@@ -286,11 +223,11 @@ def test_a_broken_manifest_is_caught_by_the_validation(
     jobset = copy.deepcopy(items[-1])
     jobset["spec"]["failurePolicy"]["maxRestart"] = 3
     with pytest.raises(AssertionError, match="maxRestart"):
-        validate_all([jobset], jobset_validator)
+        validate_manifests([jobset])
     statefulset = copy.deepcopy(by_kind(items)["StatefulSet"][0])
     statefulset["spec"]["template"]["spec"]["containers"][0]["comand"] = ["rlax"]
     with pytest.raises(kubernetes_validate.ValidationError):
-        validate_all([statefulset], jobset_validator)
+        validate_manifests([statefulset])
 
 
 def test_dry_run_prints_the_manifests_as_multi_document_yaml(
@@ -340,4 +277,7 @@ def test_the_cloud_examples_render(example: str, capsys: pytest.CaptureFixture) 
     path = Path(__file__).resolve().parents[3] / "examples" / example
     assert main(["launch", str(path), "--dry-run", "--run-dir", "runs/example"]) == 0
     out = capsys.readouterr().out
-    assert "kind: JobSet" in out if example.startswith("gke") else "gcloud compute tpus" in out
+    if example.startswith("gke"):
+        assert "kind: JobSet" in out and "name: qwen-math-gke-verifier" in out
+    else:
+        assert "gcloud compute tpus" in out and "gcloud compute instances create" in out

@@ -1,13 +1,12 @@
 """The tpu-vm launcher's --apply, --status and --stop, against a gcloud that records its argv.
 
-The fake gcloud (rlax_launchers.testing.fake_gcloud) is a separate executable found on
-PATH, exactly as the real one would be.
+The fake gcloud (rlax_launchers.testing.fake_gcloud, the ``gcloud`` fixture of
+conftest.py) is a separate executable found on PATH, exactly as the real one would be.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from rlax_core.cli.main import main
 from rlax_core.config import load_run_config
 from rlax_core.plugins import Registry
-from rlax_launchers.testing.fake_gcloud import install_fake_gcloud, recorded_commands
+from rlax_launchers.testing.fake_gcloud import recorded_commands
 from rlax_launchers.tpu_vm.plan import build_plan
 
 WHERE = ["--project=my-project", "--zone=us-east5-a"]
@@ -27,20 +26,6 @@ SECTION = {
     "trainer": {"accelerator_type": "v5p-16"},
     "workers": {"accelerator_type": "v5p-8"},
 }
-
-
-@pytest.fixture
-def gcloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Puts the fake gcloud first on PATH; returns its argv log."""
-    bin_dir = tmp_path / "bin"
-    install_fake_gcloud(bin_dir)
-    log = tmp_path / "gcloud.log"
-    answers = tmp_path / "answers"
-    answers.mkdir()
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_GCLOUD_LOG", str(log))
-    monkeypatch.setenv("FAKE_GCLOUD_DIR", str(answers))
-    return log
 
 
 def test_apply_runs_the_rendered_commands_in_order_and_writes_the_scripts(

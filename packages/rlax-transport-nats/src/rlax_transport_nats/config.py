@@ -29,6 +29,13 @@ class NatsServerSettings(BaseModel):
         le=64,
         description="Largest message the server accepts, in MiB (nats-server's max_payload).",
     )
+    monitoring_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Port of nats-server's HTTP monitoring endpoint (/varz, /jsz), on the "
+        "address it listens on, for an autoscaler that reads a queue's backlog (null: off).",
+    )
 
 
 class NatsTransportConfig(NetworkTransportSettings):

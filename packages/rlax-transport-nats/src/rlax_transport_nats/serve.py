@@ -56,6 +56,7 @@ class NatsTransportServer(TransportServer):
                 tls_cert_file=self.config.server.tls_cert_file,
                 tls_key_file=self.config.server.tls_key_file,
                 max_payload_mb=self.config.server.max_payload_mb,
+                monitoring_port=self.config.server.monitoring_port,
                 die_with_parent=True,
             )
             self.process.start()

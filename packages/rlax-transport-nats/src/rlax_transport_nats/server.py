@@ -84,6 +84,8 @@ class NatsServerProcess:
         auth: who may connect.
         tls_cert_file / tls_key_file: serve TLS with this certificate.
         max_payload_mb: the largest message accepted.
+        monitoring_port: serve nats-server's HTTP monitoring endpoint on this port of
+            ``host`` (None: off). It has no authentication, so it is off unless asked for.
         die_with_parent: the server is killed when the thread that started it exits (Linux
             ``PR_SET_PDEATHSIG``). ``rlax serve`` sets it: a supervisor that kills a crashed
             ``rlax serve`` must not leave its nats-server running on the port.
@@ -96,6 +98,7 @@ class NatsServerProcess:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     max_payload_mb: int = 16
+    monitoring_port: int | None = None
     die_with_parent: bool = False
     _process: subprocess.Popen | None = field(default=None, init=False, repr=False)
     _run_dir: Path | None = field(default=None, init=False, repr=False)
@@ -201,6 +204,8 @@ class NatsServerProcess:
             'write_deadline: "30s"\n'
             f"jetstream {{ store_dir: {_quote(str(self.store_dir))} }}\n"
         )
+        if self.monitoring_port is not None:
+            text += f"http: {_quote(f'{self.host}:{self.monitoring_port}')}\n"
         text += self.auth.config_block()
         if self.tls_cert_file is not None:
             text += (

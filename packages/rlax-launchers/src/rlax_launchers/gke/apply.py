@@ -13,7 +13,11 @@ import urllib3
 
 from rlax_core.errors import ConfigError, RlaxError
 
-_JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+# Custom resources: kind → (group, version, plural, the controller that serves it).
+_CUSTOM = {
+    "JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets", "the JobSet controller"),
+    "ScaledObject": ("keda.sh", "v1alpha1", "scaledobjects", "KEDA"),
+}
 
 
 class KubernetesError(RlaxError):
@@ -36,6 +40,7 @@ _KINDS = {
     "Deployment": _Kind("AppsV1Api", "deployment", True),
     "PriorityClass": _Kind("SchedulingV1Api", "priority_class", False),
     "JobSet": _Kind("custom", "jobset", True),
+    "ScaledObject": _Kind("custom", "scaledobject", True),
 }
 
 
@@ -86,7 +91,7 @@ class Cluster:
             return "created"
         except self._k8s.client.ApiException as exc:
             if exc.status != 409:
-                raise self._error(exc, f"create {kind} {name}") from None
+                raise self._error(exc, f"create {kind} {name}", kind) from None
         try:
             current = self._call(kind, "read", namespace, name=name)
             body = dict(manifest, metadata=dict(manifest["metadata"]))
@@ -96,6 +101,10 @@ class Cluster:
                 body["spec"] = dict(
                     manifest["spec"], clusterIP=_field(current, "spec", "cluster_ip")
                 )
+            replicas = _field(current, "spec", "replicas") if kind == "Deployment" else None
+            if replicas is not None and "replicas" not in manifest["spec"]:
+                # An autoscaler owns the count; a replace must not reset it to one.
+                body["spec"] = dict(manifest["spec"], replicas=replicas)
             self._call(kind, "replace", namespace, name=name, body=body)
             return "replaced"
         except self._k8s.client.ApiException as exc:
@@ -104,7 +113,7 @@ class Cluster:
                     f"JobSet {name} exists and its spec cannot change in place: stop the run "
                     "(`rlax launch CONFIG --stop`) and launch it again"
                 ) from None
-            raise self._error(exc, f"replace {kind} {name}") from None
+            raise self._error(exc, f"replace {kind} {name}", kind) from None
 
     def delete(self, kind: str, name: str, namespace: str | None) -> bool:
         """Deletes the object and what it owns; returns False if it was not there."""
@@ -114,7 +123,7 @@ class Cluster:
         except self._k8s.client.ApiException as exc:
             if exc.status == 404:
                 return False
-            raise self._error(exc, f"delete {kind} {name}") from None
+            raise self._error(exc, f"delete {kind} {name}", kind) from None
 
     def pods(self, namespace: str, selector: str) -> list[Any]:
         """The pods matching a label selector."""
@@ -130,7 +139,7 @@ class Cluster:
             raise KubernetesError(f"the gke launcher does not apply objects of kind {kind}")
         try:
             if spec.api == "custom":
-                return self._call_jobset(verb, namespace, **kwargs)
+                return self._call_custom(kind, verb, namespace, **kwargs)
             api = getattr(self._k8s.client, spec.api)(self.api_client)
             scope = "namespaced_" if spec.namespaced else ""
             args = [kwargs.pop("name")] if "name" in kwargs else []
@@ -144,9 +153,9 @@ class Cluster:
                 f"cannot reach the Kubernetes API at {self.host}: {type(exc).__name__}: {exc}"
             ) from None
 
-    def _call_jobset(self, verb: str, namespace: str | None, **kwargs: Any) -> Any:
+    def _call_custom(self, kind: str, verb: str, namespace: str | None, **kwargs: Any) -> Any:
         api = self._k8s.client.CustomObjectsApi(self.api_client)
-        group, version, plural = _JOBSET
+        group, version, plural, _ = _CUSTOM[kind]
         if verb == "create":
             return api.create_namespaced_custom_object(
                 group, version, namespace, plural, kwargs["body"]
@@ -163,13 +172,14 @@ class Cluster:
             group, version, namespace, plural, kwargs["name"], propagation_policy="Background"
         )
 
-    def _error(self, exc: Any, what: str) -> KubernetesError:
+    def _error(self, exc: Any, what: str, kind: str | None = None) -> KubernetesError:
+        group, _, plural, controller = _CUSTOM.get(kind or "", _CUSTOM["JobSet"])
         hint = {
             401: "the credentials were refused; refresh them with "
             "`gcloud container clusters get-credentials`",
             403: "the account may not do this; check its RBAC role in the namespace",
-            404: "the API is missing; is the JobSet controller installed? "
-            "(kubectl get crd jobsets.jobset.x-k8s.io)",
+            404: f"the API is missing; is {controller} installed? "
+            f"(kubectl get crd {plural}.{group})",
         }.get(exc.status, "")
         return KubernetesError(
             f"{what} at {self.host} failed: {exc.status} {exc.reason}"

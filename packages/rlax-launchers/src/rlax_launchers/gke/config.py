@@ -55,6 +55,132 @@ class GkeTransportConfig(BaseModel):
     )
 
 
+class TolerationConfig(BaseModel):
+    """A toleration of the verifier pods, for a CPU node pool with a taint of its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str | None = Field(default=None, description="Taint key (null with Exists: any taint).")
+    operator: Literal["Equal", "Exists"] = Field(
+        default="Equal", description="Equal: the taint's value must be value; Exists: any."
+    )
+    value: str | None = Field(default=None, description="Taint value (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect tolerated (null: every effect)."
+    )
+
+    @model_validator(mode="after")
+    def _value_goes_with_equal(self) -> TolerationConfig:
+        if self.operator == "Exists" and self.value is not None:
+            raise ValueError("operator Exists matches any value: drop value, or use Equal")
+        if self.operator == "Equal" and self.key is None:
+            raise ValueError("operator Equal needs a key")
+        return self
+
+
+class VerifierAutoscaleConfig(BaseModel):
+    """A KEDA ScaledObject that scales the verifiers on the to-verify queue's backlog."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        default=False,
+        description="Render a keda.sh/v1alpha1 ScaledObject (KEDA must be installed on the "
+        "cluster; nats transport only: KEDA reads the backlog from nats-server's monitoring).",
+    )
+    min_replicas: int = Field(
+        default=1, ge=0, description="Fewest verifier pods (0: none while nothing waits)."
+    )
+    max_replicas: int = Field(default=8, ge=1, description="Most verifier pods.")
+    lag_threshold: int | None = Field(
+        default=None,
+        ge=1,
+        description="Groups waiting or being judged per verifier pod that KEDA aims for "
+        "(null: twice verifier.groups_per_batch, one batch judged and one waiting).",
+    )
+    polling_interval_s: int = Field(
+        default=15, ge=1, description="Seconds between KEDA's reads of the backlog."
+    )
+    cooldown_period_s: int = Field(
+        default=300,
+        ge=0,
+        description="Seconds after the last backlog before KEDA scales the verifiers to zero "
+        "(min_replicas 0 only; above one replica the HPA scales down).",
+    )
+    monitoring_port: int = Field(
+        default=8222,
+        ge=1024,
+        le=65535,
+        description="Port of the NATS server's HTTP monitoring endpoint, which KEDA reads "
+        "(opened on the transport Service when autoscaling is on).",
+    )
+
+    @model_validator(mode="after")
+    def _bounds_are_ordered(self) -> VerifierAutoscaleConfig:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})"
+            )
+        return self
+
+
+class GkeVerifiersConfig(BaseModel):
+    """The verifiers (verifier.placement: stage): a Deployment of CPU pods, no TPU."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="Verifier pods (null: verifier.workers when the run judges in a stage, "
+        "else none); with autoscale on, KEDA sets the count instead.",
+    )
+    machine_type: str | None = Field(
+        default=None,
+        description="Machine type of the CPU nodes to run on, e.g. n2-standard-8 (a "
+        "node.kubernetes.io/instance-type node selector; null: any node that fits).",
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="More node labels the verifier pods need, e.g. "
+        "{cloud.google.com/gke-nodepool: cpu-pool}.",
+    )
+    spot: bool = Field(
+        default=False,
+        description="Schedule verifiers on Spot nodes; a reclaimed verifier costs the run "
+        "only its leases.",
+    )
+    cpu: str = Field(default="4", description="CPU request of a verifier pod, e.g. '4', '500m'.")
+    cpu_limit: str | None = Field(
+        default=None, description="CPU limit of a verifier pod (null: none, it may burst)."
+    )
+    memory_gib: int = Field(default=8, ge=1, description="Memory request of a verifier pod.")
+    memory_limit_gib: int | None = Field(
+        default=None, ge=1, description="Memory limit in GiB (null: the request)."
+    )
+    tolerations: list[TolerationConfig] = Field(
+        default_factory=list, description="Taints of the CPU node pool the pods tolerate."
+    )
+    autoscale: VerifierAutoscaleConfig = Field(
+        default_factory=VerifierAutoscaleConfig,
+        description="Scale the verifiers with KEDA on the to-verify queue's backlog.",
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_count(self) -> GkeVerifiersConfig:
+        if self.autoscale.enabled and self.replicas is not None:
+            raise ValueError(
+                "replicas is a fixed count, but autoscale is on and KEDA sets the count: "
+                "drop replicas and set autoscale.min_replicas and autoscale.max_replicas"
+            )
+        if self.memory_limit_gib is not None and self.memory_limit_gib < self.memory_gib:
+            raise ValueError(
+                f"memory_limit_gib ({self.memory_limit_gib}) is below memory_gib "
+                f"({self.memory_gib})"
+            )
+        return self
+
+
 class GkeLauncherConfig(BaseModel):
     """Runs on a GKE cluster: a JobSet of trainer and worker pods on TPU node pools."""
 
@@ -96,8 +222,8 @@ class GkeLauncherConfig(BaseModel):
     )
     worker_priority: PriorityClassConfig = Field(
         default_factory=lambda: PriorityClassConfig(name="rlax-worker", value=100),
-        description="PriorityClass of the workers: lower, so higher-priority work reclaims "
-        "them; they never preempt others.",
+        description="PriorityClass of the workers and verifiers: lower, so higher-priority "
+        "work reclaims them; they never preempt others.",
     )
     create_priority_classes: bool = Field(
         default=True,
@@ -125,6 +251,10 @@ class GkeLauncherConfig(BaseModel):
     )
     transport: GkeTransportConfig = Field(
         default_factory=GkeTransportConfig, description="The transport server's pod."
+    )
+    verifiers: GkeVerifiersConfig = Field(
+        default_factory=GkeVerifiersConfig,
+        description="The verifier Deployment on CPU nodes (verifier.placement: stage).",
     )
     kubeconfig: str | None = Field(
         default=None,

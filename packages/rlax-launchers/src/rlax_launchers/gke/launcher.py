@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from rlax_core.config.run_config import RunConfigBase
-from rlax_core.contracts import Launcher, ProcessStatus, RenderedArtifact
+from rlax_core.contracts import Launcher, ProcessRole, ProcessStatus, RenderedArtifact
 from rlax_core.errors import RlaxError
 from rlax_core.plugins.registry import BuildContext
 from rlax_launchers.gke.apply import Cluster
 from rlax_launchers.gke.config import GkeLauncherConfig
 from rlax_launchers.gke.manifests import manifest_yaml, render_manifests, run_objects
 from rlax_launchers.gke.transport import transport_service_name
+from rlax_launchers.gke.verifiers import verifier_deployment_name
 
 _PHASES = {
     "Pending": "starting",
@@ -25,7 +26,8 @@ _PHASES = {
 
 
 class GkeLauncher(Launcher):
-    """Places a run on a GKE cluster as a JobSet (see :mod:`rlax_launchers.gke.jobset`).
+    """Places a run on a GKE cluster as a JobSet (see :mod:`rlax_launchers.gke.jobset`),
+    its verifiers as a Deployment on CPU nodes (see :mod:`rlax_launchers.gke.verifiers`).
 
     Args:
         config: the launcher section of the run config.
@@ -76,7 +78,7 @@ class GkeLauncher(Launcher):
             restarts = sum(c.restart_count for c in pod.status.container_statuses or [])
             statuses.append(
                 ProcessStatus(
-                    role=role if role in ("trainer", "worker", "transport") else "worker",
+                    role=role if role in get_args(ProcessRole) else "worker",
                     name=pod.metadata.name,
                     state=state,
                     restarts=restarts,
@@ -87,14 +89,20 @@ class GkeLauncher(Launcher):
     def stop(self, run_dir: Path) -> None:
         """Deletes the JobSet (its pods get SIGTERM: the trainer checkpoints), then the rest.
 
-        PriorityClasses stay: they are cluster-wide and other runs may use them.
+        The verifiers' ScaledObject goes before their Deployment, so KEDA does not scale
+        it while it is deleted. PriorityClasses stay: they are cluster-wide and other runs
+        may use them. Objects that are not there (a run without verifiers, a cluster
+        without KEDA) are skipped.
         """
         objects = run_objects(self.config, self._run_config())
         transport = transport_service_name(objects.prefix)
+        verifiers = verifier_deployment_name(objects.prefix)
         namespace = self.config.namespace
         cluster = self._cluster()
         for kind, name in [
             ("JobSet", objects.prefix),
+            ("ScaledObject", verifiers),
+            ("Deployment", verifiers),
             ("StatefulSet", transport),
             ("Deployment", transport),
             ("Service", transport),

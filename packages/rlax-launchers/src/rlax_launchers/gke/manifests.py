@@ -1,7 +1,8 @@
 """Every Kubernetes object of a GKE run, in the order they are applied.
 
 PriorityClasses, the Secret with transport credentials (if any), the ConfigMap with the
-run config, the transport server and its Service, then the JobSet.
+run config, the transport server and its Service, the JobSet, then the verifiers (a
+Deployment on CPU nodes, and its KEDA ScaledObject, when the run judges in a stage).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rlax_launchers.gke.config import GkeLauncherConfig, PriorityClassConfig
 from rlax_launchers.gke.jobset import jobset
 from rlax_launchers.gke.pods import CREDENTIALS_KEY, SECRETS_DIR, RunObjects
 from rlax_launchers.gke.transport import transport_objects, transport_service_name
+from rlax_launchers.gke.verifiers import verifier_monitoring_port, verifier_objects
 from rlax_launchers.run_identity import resource_prefix, shared_run_dir
 from rlax_launchers.transport_placement import transport_placement
 
@@ -47,7 +49,7 @@ def render_manifests(config: GkeLauncherConfig, run_config: RunConfigBase) -> Gk
 
     Raises:
         ConfigError: the run cannot be placed (a name, the run directory, the transport,
-            or workers that do not fill whole slices).
+            workers that do not fill whole slices, or verifiers the run cannot use).
     """
     prefix = resource_prefix(run_config, config.name)
     run_dir = shared_run_dir(run_config, config.run_dir, launcher="gke")
@@ -79,7 +81,9 @@ def render_manifests(config: GkeLauncherConfig, run_config: RunConfigBase) -> Gk
     items: list[dict[str, Any]] = []
     if config.create_priority_classes:
         items.append(_priority_class(config.trainer_priority, "the trainer and its transport"))
-        items.append(_priority_class(config.worker_priority, "inference workers", never=True))
+        items.append(
+            _priority_class(config.worker_priority, "inference workers and verifiers", never=True)
+        )
     if objects.secret is not None:
         items.append(
             {
@@ -98,7 +102,9 @@ def render_manifests(config: GkeLauncherConfig, run_config: RunConfigBase) -> Gk
             "data": {"run.yaml": cluster.yaml()},
         }
     )
-    items += transport_objects(config, objects, placement)
+    items += transport_objects(
+        config, objects, placement, monitoring_port=verifier_monitoring_port(config, run_config)
+    )
     items.append(
         jobset(
             config,
@@ -109,6 +115,7 @@ def render_manifests(config: GkeLauncherConfig, run_config: RunConfigBase) -> Gk
             worker_slices=run_config.rollout.workers // workers.hosts,
         )
     )
+    items += verifier_objects(config, objects, run_config, run_dir=run_dir)
     return GkeManifests(objects, items)
 
 

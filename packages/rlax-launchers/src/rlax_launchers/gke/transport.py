@@ -25,16 +25,33 @@ def transport_service_name(prefix: str) -> str:
 
 
 def transport_objects(
-    config: GkeLauncherConfig, objects: RunObjects, placement: TransportPlacement
+    config: GkeLauncherConfig,
+    objects: RunObjects,
+    placement: TransportPlacement,
+    *,
+    monitoring_port: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The Service and the server workload (plus its volume claim for gRPC)."""
+    """The Service and the server workload (plus its volume claim for gRPC).
+
+    Args:
+        config: the launcher section.
+        objects: the run's names and labels.
+        placement: the transport server's ports and settings.
+        monitoring_port: also serve (and expose) nats-server's HTTP monitoring on this
+            port, where KEDA reads the verifiers' backlog (NATS only; None: off).
+    """
     name = transport_service_name(objects.prefix)
     labels = objects.labels("transport")
+    set_args = placement.server_set_args(STATE_DIR)
+    ports = list(placement.ports)
+    if monitoring_port is not None:
+        set_args += ["--set", f"server.monitoring_port={monitoring_port}"]
+        ports.append(("monitoring", monitoring_port))
     server = container(
         config,
         name="transport",
-        command=transport_server_command(CONFIG_PATH, placement.server_set_args(STATE_DIR)),
-        ports=[{"name": name, "containerPort": port} for name, port in placement.ports],
+        command=transport_server_command(CONFIG_PATH, set_args),
+        ports=[{"name": name, "containerPort": port} for name, port in ports],
         resources={
             "requests": {"cpu": config.transport.cpu, "memory": f"{config.transport.memory_gib}Gi"},
             "limits": {"memory": f"{config.transport.memory_gib}Gi"},
@@ -49,9 +66,7 @@ def transport_objects(
         "metadata": {"name": name, "namespace": config.namespace, "labels": labels},
         "spec": {
             "selector": labels,
-            "ports": [
-                {"name": name, "port": port, "targetPort": port} for name, port in placement.ports
-            ],
+            "ports": [{"name": name, "port": port, "targetPort": port} for name, port in ports],
         },
     }
     volume_claim_spec: dict[str, Any] = {

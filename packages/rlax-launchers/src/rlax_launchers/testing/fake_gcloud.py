@@ -2,9 +2,10 @@
 
 :func:`install_fake_gcloud` writes ``DIR/gcloud`` (a script that runs this module with
 the current interpreter). Each run appends its argv as one JSON line to ``$FAKE_GCLOUD_LOG``;
-prints ``$FAKE_GCLOUD_DIR/<command words>.json`` (e.g. ``tpu-vm-list.json``) when it
-exists; and fails with exit status 1 when its argv contains ``$FAKE_GCLOUD_FAIL_ON``,
-printing ``$FAKE_GCLOUD_FAIL_MESSAGE`` to standard error.
+prints ``$FAKE_GCLOUD_DIR/<command words>.json`` (the two words after ``compute tpus``, or
+after ``compute``: ``tpu-vm-list.json``, ``instances-list.json``) when it exists; and
+fails with exit status 1 when its argv contains ``$FAKE_GCLOUD_FAIL_ON``, printing
+``$FAKE_GCLOUD_FAIL_MESSAGE`` to standard error.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def main(argv: list[str]) -> int:
     if fail_on and any(fail_on in arg for arg in argv):
         print(os.environ.get("FAKE_GCLOUD_FAIL_MESSAGE", "ERROR: (gcloud) failed"), file=sys.stderr)
         return 1
-    words = [a for a in argv[2:] if not a.startswith("-")][:2]  # after "compute tpus"
+    words = [a for a in argv[1:] if not a.startswith("-")]  # after "compute"
+    words = words[1:3] if words[:1] == ["tpus"] else words[:2]
     answers = os.environ.get("FAKE_GCLOUD_DIR")
     if answers:
         answer = Path(answers) / f"{'-'.join(words)}.json"

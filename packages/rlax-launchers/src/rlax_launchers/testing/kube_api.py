@@ -42,12 +42,15 @@ class FakeKubernetesApi:
         objects: REST path of an object → the object.
         requests: every request, in order.
         refuse: HTTP status to answer every request with (e.g. 403), or None.
+        missing_apis: path prefixes the server has no API for (a CRD that is not
+            installed, e.g. ``/apis/keda.sh/``): 404 to every request under them.
     """
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
         self.requests: list[RecordedRequest] = []
         self.refuse: int | None = None
+        self.missing_apis: list[str] = []
         self._lock = threading.Lock()
         self._version = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -107,6 +110,8 @@ class FakeKubernetesApi:
     def _answer(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
         if self.refuse is not None:
             return self.refuse, _status(self.refuse, "Forbidden", "refused by the test")
+        if any(path.startswith(prefix) for prefix in self.missing_apis):
+            return 404, _status(404, "NotFound", "the server could not find the requested resource")
         with self._lock:
             if method == "POST":
                 name = body.get("metadata", {}).get("name", "")

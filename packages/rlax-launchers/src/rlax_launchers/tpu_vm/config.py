@@ -17,8 +17,47 @@ class WorkerSlicesConfig(TpuSliceConfig):
     )
 
 
+class TpuVmVerifiersConfig(BaseModel):
+    """The verifiers (verifier.placement: stage): CPU machines, one verifier process each."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    count: int | None = Field(
+        default=None,
+        ge=0,
+        description="Verifier machines, NAME-verifier-I, one verifier each (null: "
+        "verifier.workers when the run judges in a stage, else none).",
+    )
+    machine_type: str = Field(
+        default="n2-standard-8",
+        description="Compute Engine machine type of a verifier: CPU only, judging runs no "
+        "model (its code sandboxes want cores).",
+    )
+    zone: str | None = Field(
+        default=None,
+        description="Zone of the verifier machines (null: the launcher's zone); they reach "
+        "the transport server over the TPU VMs' network.",
+    )
+    spot: bool = Field(
+        default=True,
+        description="Create verifiers as Spot VMs; a preempted verifier costs the run only "
+        "its leases, and --apply recreates it.",
+    )
+    image_family: str = Field(
+        default="ubuntu-2204-lts",
+        description="Boot image family (Ubuntu 22.04, as on the TPU VMs, with gcloud).",
+    )
+    image_project: str = Field(
+        default="ubuntu-os-cloud", description="Project of the boot image family."
+    )
+    boot_disk_gib: int = Field(
+        default=50, ge=10, description="Boot disk of a verifier machine, in GiB."
+    )
+
+
 class TpuVmLauncherConfig(BaseModel):
-    """Runs on Cloud TPU VMs: one trainer slice and spot worker slices, created with gcloud."""
+    """Runs on Cloud TPU VMs: one trainer slice and spot worker slices, created with gcloud
+    (and CPU verifier machines when the run judges in a stage)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -50,19 +89,24 @@ class TpuVmLauncherConfig(BaseModel):
         "v2-alpha-tpuv5 for v5p).",
     )
     network: str | None = Field(
-        default=None, description="VPC network of the TPU VMs (null: the project's default)."
+        default=None,
+        description="VPC network of the TPU VMs and verifier machines (null: the project's "
+        "default).",
     )
     subnetwork: str | None = Field(
-        default=None, description="Subnetwork of the TPU VMs (null: the network's default)."
+        default=None,
+        description="Subnetwork of the TPU VMs and verifier machines (null: the network's "
+        "default; a subnetwork is regional, so verifiers.zone must be in its region).",
     )
     service_account: str | None = Field(
         default=None,
-        description="Service account of the TPU VMs (null: the compute default); it needs "
-        "storage access to run_dir and tpu.nodes.get to find the trainer slice.",
+        description="Service account of the TPU VMs and verifier machines (null: the compute "
+        "default); it needs storage access to run_dir and tpu.nodes.get to find the trainer "
+        "slice.",
     )
     scopes: list[str] = Field(
         default_factory=lambda: ["cloud-platform"],
-        description="OAuth scopes of the TPU VMs' service account (IAM still decides).",
+        description="OAuth scopes of the machines' service account (IAM still decides).",
     )
     pip_packages: list[str] | None = Field(
         default=None,
@@ -79,6 +123,10 @@ class TpuVmLauncherConfig(BaseModel):
         default_factory=lambda: ["bubblewrap", "g++"],
         description="Debian packages installed on every host (the local sandbox runs "
         "programs under bubblewrap; C++ problems need g++).",
+    )
+    verifiers: TpuVmVerifiersConfig = Field(
+        default_factory=TpuVmVerifiersConfig,
+        description="The verifier machines on CPU (verifier.placement: stage).",
     )
     coordinator_port: int = Field(
         default=8476,

@@ -1,4 +1,5 @@
-"""The ``tpu-vm`` launcher: creates, inspects and deletes a run's Cloud TPU VM slices."""
+"""The ``tpu-vm`` launcher: creates, inspects and deletes a run's Cloud TPU VM slices (and
+its verifier machines)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,16 @@ from rlax_launchers.tpu_vm.commands import (
 )
 from rlax_launchers.tpu_vm.config import TpuVmLauncherConfig
 from rlax_launchers.tpu_vm.gcloud import GcloudError, is_not_found, run_gcloud
-from rlax_launchers.tpu_vm.plan import build_plan, slice_nodes
+from rlax_launchers.tpu_vm.instances import (
+    INSTANCE_STATES,
+    VerifierInstance,
+    create_instance_command,
+    delete_instance_command,
+    list_instances_command,
+    staged,
+    verifier_instances,
+)
+from rlax_launchers.tpu_vm.plan import LAUNCH_SUBDIR, build_plan, slice_nodes
 
 # TPU node states (Cloud TPU API) and queued-resource states → ProcessStatus.state.
 _NODE_STATES = {
@@ -80,7 +90,7 @@ class TpuVmLauncher(Launcher):
 
         Idempotent, so it also repairs a run: a slice that exists is left alone, one that
         was preempted (or whose queued resource failed) is deleted and created again, a
-        missing one is created.
+        missing one is created. The verifier machines follow, the same way.
 
         Raises:
             GcloudError: ``gcloud`` is missing, or a command failed (the slices before it
@@ -92,7 +102,7 @@ class TpuVmLauncher(Launcher):
             path.write_text(text)
         states = self._slice_states(plan.prefix, plan.slices)
         created = 0
-        for node, command in zip(plan.slices, plan.commands, strict=True):
+        for node, command in zip(plan.slices, plan.slice_commands, strict=True):
             state = states[node.node]
             if state not in (None, "failed"):
                 print(f"{node.node} exists ({state}); left as it is", file=sys.stderr)
@@ -107,15 +117,65 @@ class TpuVmLauncher(Launcher):
             "host starts its roles when it boots (logs: /var/log/rlax-*.log on the hosts)",
             file=sys.stderr,
         )
+        if staged(run_config):
+            self._apply_verifiers(plan.prefix, plan.verifiers)
+
+    def _apply_verifiers(self, prefix: str, planned: list[VerifierInstance]) -> None:
+        """Verifier machines as the config has them: the missing (or preempted) ones are
+        created, and machines beyond ``verifiers.count`` deleted, so a changed count
+        scales the verifiers on the next ``--apply``."""
+        existing = self._verifier_machines(prefix)
+        created = 0
+        for instance in planned:
+            found = existing.pop(instance.name, None)
+            state = INSTANCE_STATES.get(found["status"], "starting") if found else None
+            if state not in (None, "failed"):
+                print(f"{instance.name} exists ({state}); left as it is", file=sys.stderr)
+                continue
+            if state == "failed":
+                print(f"{instance.name} was preempted or stopped; recreating it", file=sys.stderr)
+                _run(delete_instance_command(instance.name, found["zone"], self.config))
+            _run(create_instance_command(instance, self.config, prefix))
+            created += 1
+        for name, extra in existing.items():
+            print(f"{name} is beyond verifiers.count; deleting it", file=sys.stderr)
+            _run(delete_instance_command(name, extra["zone"], self.config))
+        print(
+            f"created {created} of the {len(planned)} verifier machines of run {prefix}",
+            file=sys.stderr,
+        )
+
+    def _verifier_machines(self, prefix: str) -> dict[str, dict[str, str]]:
+        """The run's verifier machines that exist: name → their status and zone."""
+        listing = run_gcloud(list_instances_command(self.config, prefix), capture_stdout=True)
+        return {
+            entry.get("name", ""): {
+                "status": entry.get("status", ""),
+                "zone": entry.get("zone", self.config.zone).rsplit("/", 1)[-1],
+            }
+            for entry in _json_list(listing)
+        }
 
     def status(self, run_dir: Path) -> list[ProcessStatus]:
-        """One entry per slice: its TPU VM's state, or its queued resource's while queued."""
-        prefix, trainer, workers = slice_nodes(self.config, self._config_for_status(), run_dir)
+        """One entry per slice (its TPU VM's state, or its queued resource's while queued),
+        then one per verifier machine, planned or left over."""
+        run_config = self._config_for_status()
+        prefix, trainer, workers = slice_nodes(self.config, run_config, run_dir)
         states = self._slice_states(prefix, [trainer, *workers])
-        return [
+        statuses = [
             ProcessStatus(role=node.role, name=node.node, state=states[node.node] or "stopped")
             for node in [trainer, *workers]
         ]
+        if staged(run_config):
+            existing = self._verifier_machines(prefix)
+            scripts = run_dir / LAUNCH_SUBDIR
+            instances = verifier_instances(self.config, run_config, prefix, scripts)
+            planned = [v.name for v in instances]
+            for name in [*planned, *(n for n in existing if n not in planned)]:
+                found = existing.get(name)
+                state = INSTANCE_STATES.get(found["status"], "starting") if found else "stopped"
+                statuses.append(ProcessStatus(role="verifier", name=name, state=state))
+        return statuses
 
     def _slice_states(self, prefix: str, slices: list[SliceNode]) -> dict[str, str | None]:
         """Node name → its state (as :class:`ProcessStatus` has them), None when absent."""
@@ -138,24 +198,34 @@ class TpuVmLauncher(Launcher):
         return states
 
     def stop(self, run_dir: Path) -> None:
-        """Stops the trainer gracefully (it checkpoints), then deletes every slice.
+        """Stops the trainer gracefully (it checkpoints), then deletes every slice and
+        verifier machine: the worker slices, the verifiers, the trainer slice last.
 
         Slices already gone are skipped; a trainer that cannot be reached (preempted,
-        never created) is deleted all the same.
+        never created) is deleted all the same. Verifier machines are found by their
+        labels, so those of an older, larger ``verifiers.count`` go too.
         """
-        prefix, trainer, workers = slice_nodes(self.config, self._config_for_status(), run_dir)
+        run_config = self._config_for_status()
+        prefix, trainer, workers = slice_nodes(self.config, run_config, run_dir)
         try:
             print(f"stopping the trainer of {prefix} (it writes a checkpoint)", file=sys.stderr)
             run_gcloud(graceful_stop_command(trainer, self.config))
         except GcloudError as exc:
             print(f"warning: {exc}; deleting the slices anyway", file=sys.stderr)
-        for node in [*workers, trainer]:
-            try:
-                _run(delete_command(node, self.config))
-            except GcloudError as exc:
-                if not is_not_found(exc):
-                    raise
-                print(f"{node.node} is already gone", file=sys.stderr)
+        for node in workers:
+            self._delete(delete_command(node, self.config), node.node)
+        if staged(run_config):
+            for name, found in self._verifier_machines(prefix).items():
+                self._delete(delete_instance_command(name, found["zone"], self.config), name)
+        self._delete(delete_command(trainer, self.config), trainer.node)
+
+    def _delete(self, command: list[str], name: str) -> None:
+        try:
+            _run(command)
+        except GcloudError as exc:
+            if not is_not_found(exc):
+                raise
+            print(f"{name} is already gone", file=sys.stderr)
 
     def _config_for_status(self) -> Any:
         if self.run_config is None:

@@ -3,7 +3,9 @@
 Layout: one trainer slice (``NAME-trainer``), whose hosts form one ``jax.distributed``
 trainer and whose host 0 also runs the transport server; ``rollout.workers / hosts``
 worker slices (``NAME-worker-I``), one inference worker per host, as Spot VMs unless
-told otherwise. Queued resources are named after their node with a ``-qr`` suffix.
+told otherwise. Queued resources are named after their node with a ``-qr`` suffix. A run
+that judges in a stage also gets its verifier machines (CPU instances, see
+:mod:`rlax_launchers.tpu_vm.instances`), created after the slices.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from rlax_launchers.cluster_config import cluster_run_config
 from rlax_launchers.role_commands import (
     trainer_command,
     transport_server_command,
+    verifier_command,
     worker_command,
 )
 from rlax_launchers.run_identity import resource_prefix, shared_run_dir
@@ -26,6 +29,11 @@ from rlax_launchers.run_packages import run_requirements
 from rlax_launchers.tpu_slice import TpuSliceShape
 from rlax_launchers.tpu_vm.commands import SliceNode, create_command
 from rlax_launchers.tpu_vm.config import TpuVmLauncherConfig
+from rlax_launchers.tpu_vm.instances import (
+    VerifierInstance,
+    create_instance_command,
+    verifier_instances,
+)
 from rlax_launchers.tpu_vm.startup import (
     CONFIG_PATH,
     SECRETS_DIR,
@@ -34,6 +42,7 @@ from rlax_launchers.tpu_vm.startup import (
     Unit,
     startup_script,
     trainer_host_facts,
+    verifier_host_facts,
     worker_host_facts,
 )
 from rlax_launchers.transport_placement import transport_placement
@@ -49,20 +58,29 @@ class TpuVmPlan:
         prefix: the resource-name prefix.
         trainer: the trainer slice.
         workers: the worker slices.
+        verifiers: the verifier machines.
         scripts: script file → text.
-        commands: the create commands, trainer first.
+        slice_commands: the slices' create commands, trainer first.
+        verifier_commands: the verifier machines' create commands.
     """
 
     prefix: str
     trainer: SliceNode
     workers: list[SliceNode]
+    verifiers: list[VerifierInstance]
     scripts: dict[Path, str]
-    commands: list[list[str]]
+    slice_commands: list[list[str]]
+    verifier_commands: list[list[str]]
 
     @property
     def slices(self) -> list[SliceNode]:
         """The trainer slice, then the worker slices."""
         return [self.trainer, *self.workers]
+
+    @property
+    def commands(self) -> list[list[str]]:
+        """Every create command: the slices, then the verifier machines."""
+        return [*self.slice_commands, *self.verifier_commands]
 
     def artifacts(self) -> list[RenderedArtifact]:
         """The scripts, then the commands, as ``rlax launch --dry-run`` prints them."""
@@ -127,9 +145,11 @@ def build_plan(
     Raises:
         ConfigError: the run cannot be placed (see :func:`slice_nodes`,
             :func:`~rlax_launchers.transport_placement.transport_placement`,
-            :func:`~rlax_launchers.run_identity.shared_run_dir`).
+            :func:`~rlax_launchers.run_identity.shared_run_dir`), or it asks for
+            verifiers but judges inline.
     """
     prefix, trainer, workers = slice_nodes(config, run_config, run_dir)
+    verifiers = verifier_instances(config, run_config, prefix, run_dir / LAUNCH_SUBDIR)
     placement = transport_placement(run_config, "tpu-vm")
     shared_dir = shared_run_dir(run_config, config.run_dir, launcher="tpu-vm")
     cluster_config = cluster_run_config(
@@ -145,7 +165,6 @@ def build_plan(
     )
     common = {
         "cluster_config": cluster_config,
-        "pip_packages": packages,
         "apt_packages": config.apt_packages,
         "python_version": config.python_version,
         "stop_timeout_s": config.stop_timeout_s,
@@ -178,6 +197,7 @@ def build_plan(
             f"({_hosts(trainer.shape.hosts)})",
             host_facts=trainer_host_facts(),
             units=trainer_units,
+            pip_packages=packages,
             **common,
         ),
     }
@@ -189,10 +209,40 @@ def build_plan(
                 trainer_node=trainer.node, project=config.project, zone=config.zone
             ),
             units=[worker_unit],
+            pip_packages=packages,
             **common,
         )
-    commands = [create_command(s, config, prefix) for s in [trainer, *workers]]
-    return TpuVmPlan(prefix, trainer, workers, scripts, commands)
+    if verifiers:
+        # Judging needs no accelerator: JAX for CPU, not libtpu.
+        verifier_packages = config.pip_packages or run_requirements(
+            run_config, registry, server_extra=None, jax_extra="cpu"
+        )
+        scripts[verifiers[0].script] = startup_script(
+            title=f"RLAX run {prefix}: verifier machines {prefix}-verifier-* "
+            f"({config.verifiers.machine_type}, one verifier each)",
+            host_facts=verifier_host_facts(
+                trainer_node=trainer.node, project=config.project, zone=config.zone
+            ),
+            units=[
+                Unit(
+                    "rlax-verifier",
+                    f"RLAX verifier of run {prefix}",
+                    verifier_command(CONFIG_PATH, shared_dir, "${VERIFIER_ID}"),
+                    "on-failure",
+                )
+            ],
+            pip_packages=verifier_packages,
+            **common,
+        )
+    return TpuVmPlan(
+        prefix,
+        trainer,
+        workers,
+        verifiers,
+        scripts,
+        [create_command(s, config, prefix) for s in [trainer, *workers]],
+        [create_instance_command(v, config, prefix) for v in verifiers],
+    )
 
 
 def _hosts(count: int) -> str:

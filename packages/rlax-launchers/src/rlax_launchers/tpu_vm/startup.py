@@ -11,8 +11,9 @@ reboots after maintenance comes back into the run by itself. The script:
 3. writes the run config (and any credential files, mode 600);
 4. writes systemd units for its roles and starts them: on the trainer slice, the
    transport server on host 0 and a trainer process on every host; on a worker slice,
-   one worker per host. systemd restarts a role that fails; ``systemctl stop`` sends
-   SIGTERM, so a trainer writes its checkpoint before teardown.
+   one worker per host; on a verifier machine (a CPU instance, one host), one verifier.
+   systemd restarts a role that fails; ``systemctl stop`` sends SIGTERM, so a trainer
+   writes its checkpoint before teardown.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ VENV = "/opt/rlax/venv"
 TRANSPORT_STATE_DIR = "/var/lib/rlax/transport"
 TRANSPORT_HOST_PLACEHOLDER = "__RLAX_TRANSPORT_HOST__"
 WORKER_SLICE_METADATA_KEY = "rlax-worker-slice"
+VERIFIER_ID_METADATA_KEY = "rlax-verifier-id"
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,34 @@ def trainer_host_facts() -> str:
 
 def worker_host_facts(*, trainer_node: str, project: str, zone: str) -> str:
     """Shell lines of a worker host: its worker id, and where the transport server is."""
+    return "\n".join(
+        [
+            "PROCESS_ID=$(metadata agent-worker-number)",
+            f"WORKER_ID=$(metadata {WORKER_SLICE_METADATA_KEY})-$PROCESS_ID",
+            _transport_host_line(trainer_node=trainer_node, project=project, zone=zone),
+        ]
+    )
+
+
+def verifier_host_facts(*, trainer_node: str, project: str, zone: str) -> str:
+    """Shell lines of a verifier machine: its verifier id, and where the transport server is.
+
+    Args:
+        trainer_node: the trainer slice, whose host 0 runs the transport server.
+        project: the project of the TPU VMs.
+        zone: the zone of the trainer slice (not of the verifier machine).
+    """
+    return "\n".join(
+        [
+            "# One verifier per machine; PROCESS_ID is in every host's env file.",
+            "PROCESS_ID=0",
+            f"VERIFIER_ID=$(metadata {VERIFIER_ID_METADATA_KEY})",
+            _transport_host_line(trainer_node=trainer_node, project=project, zone=zone),
+        ]
+    )
+
+
+def _transport_host_line(*, trainer_node: str, project: str, zone: str) -> str:
     describe = shlex.join(
         [
             "gcloud",
@@ -159,8 +189,6 @@ def worker_host_facts(*, trainer_node: str, project: str, zone: str) -> str:
     )
     return "\n".join(
         [
-            "PROCESS_ID=$(metadata agent-worker-number)",
-            f"WORKER_ID=$(metadata {WORKER_SLICE_METADATA_KEY})-$PROCESS_ID",
             "# The transport server runs on the trainer slice's host 0; wait for its address.",
             f'until TRANSPORT_HOST=$({describe}) && [ -n "$TRANSPORT_HOST" ]; do sleep 30; done',
         ]
