@@ -18,8 +18,9 @@ from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.plugins.manager import load_registry
 from rlax_core.rl.roles import components, queues
+from rlax_core.rl.roles.loop import LeasingLoop
 from rlax_core.rl.roles.trainer import TrainerRun
-from rlax_core.rl.roles.verifier import Verifier, verifier_of
+from rlax_core.rl.roles.verifier import verifier_of
 from rlax_core.rl.roles.worker import InferenceWorker
 from rlax_core.run_dir.layout import default_run_dir
 from rlax_core.run_dir.status import write_status
@@ -52,7 +53,7 @@ def run_all(
     judge = trainer.judge
     assert judge is not None, "the embedded run's trainer is its own leader"
     staged = components.judged_by_stage(config)
-    loops: list[InferenceWorker | Verifier] = [
+    loops: list[LeasingLoop] = [
         _worker(f"worker-{i}", config, trainer.worker_model(), trainer.tokenizer,
                 None if staged else judge, transport)
         for i in range(config.rollout.workers)
@@ -63,8 +64,7 @@ def run_all(
                   for i in range(config.verifier.workers)]  # fmt: skip
     threads = []
     for loop in loops:
-        name = loop.worker_id if isinstance(loop, InferenceWorker) else loop.verifier_id
-        thread = threading.Thread(target=loop.run, args=(stop, fail), name=name, daemon=True)
+        thread = threading.Thread(target=loop.run, args=(stop, fail), name=loop.name, daemon=True)
         thread.start()
         threads.append(thread)
     try:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from rlax_core.config.run_config import RunConfigBase
@@ -32,21 +31,20 @@ from rlax_core.contracts.parameter_store import ParameterStore
 from rlax_core.contracts.queue import Queue
 from rlax_core.contracts.transport import Transport
 from rlax_core.contracts.verifier import Judge
-from rlax_core.errors import LeaseExpiredError, RlaxError, TransportClosedError
+from rlax_core.errors import LeaseExpiredError, RlaxError
 from rlax_core.judging import judge_isolated
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.plugins.manager import load_registry
 from rlax_core.rl.roles import components, queues
+from rlax_core.rl.roles.loop import LeasingLoop, lease_batch
 from rlax_core.run_dir.layout import default_run_dir
 from rlax_core.run_dir.status import write_status
-from rlax_core.types.lease import Lease
 from rlax_core.types.rollout import RolloutGroup
 
-POLL_S = 0.2
 STATUS_EVERY_S = 5.0
 
 
-class Verifier:
+class Verifier(LeasingLoop):
     """One verifier's loop; run it in a thread (embedded run) or as its own process.
 
     Args:
@@ -88,27 +86,17 @@ class Verifier:
         self.dropped_stale = 0
         self.busy_s = 0.0
 
-    def run(
-        self, stop: threading.Event, on_error: Callable[[BaseException], None] | None = None
-    ) -> None:
-        """Works until ``stop`` is set or the transport closes."""
-        try:
-            while not stop.is_set():
-                self.step()
-        except TransportClosedError:
-            return
-        except BaseException as exc:
-            if on_error is None:
-                raise
-            on_error(exc)
+    @property
+    def name(self) -> str:
+        return self.verifier_id
 
     def backlog(self) -> int:
         """Groups waiting to be judged (ready on the to-verify queue)."""
         return self._to_verify.stats().ready
 
-    def step(self) -> bool:
+    def step(self, stop: threading.Event | None = None) -> bool:
         """Judges one batch of leased groups; False if none arrived within the poll."""
-        leases = self._lease_batch()
+        leases = lease_batch(self._to_verify, self._lease_s, self._per_batch)
         if not leases:
             return False
         started = time.monotonic()
@@ -145,18 +133,6 @@ class Verifier:
                 self._to_verify.ack(lease)
         self.busy_s += time.monotonic() - started
         return True
-
-    def _lease_batch(self) -> list[Lease]:
-        first = self._to_verify.get(self._lease_s, timeout=POLL_S)
-        if first is None:
-            return []
-        leases = [first]
-        while len(leases) < self._per_batch:
-            more = self._to_verify.get(self._lease_s, timeout=0)
-            if more is None:
-                break
-            leases.append(more)
-        return leases
 
 
 def verifier_of(

@@ -17,22 +17,20 @@ import contextlib
 import hashlib
 import threading
 import time
-from collections.abc import Callable
 
 from rlax_core.config.sections import RolloutSection, StalenessSection
 from rlax_core.contracts.parameter_store import ParameterStore
 from rlax_core.contracts.queue import Queue
 from rlax_core.contracts.verifier import Judge
-from rlax_core.errors import LeaseExpiredError, TransportClosedError, VersionNotFoundError
+from rlax_core.errors import LeaseExpiredError, VersionNotFoundError
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.judging import judge_isolated
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
+from rlax_core.rl.roles.loop import POLL_S, LeasingLoop, lease_batch
 from rlax_core.types.lease import Lease
 from rlax_core.types.rollout import PromptGroup, Rollout, RolloutGroup
 from rlax_core.types.verdict import Verdict
-
-POLL_S = 0.2
 
 
 def sample_seed(run_seed: int, group_id: str, sample: int) -> int:
@@ -41,7 +39,7 @@ def sample_seed(run_seed: int, group_id: str, sample: int) -> int:
     return int.from_bytes(digest, "little")
 
 
-class InferenceWorker:
+class InferenceWorker(LeasingLoop):
     """One worker's loop; run it in a thread (embedded run) or as its own process.
 
     Args:
@@ -96,23 +94,13 @@ class InferenceWorker:
         self.samples_done = 0
         self.busy_s = 0.0
 
-    def run(
-        self, stop: threading.Event, on_error: Callable[[BaseException], None] | None = None
-    ) -> None:
-        """Works until ``stop`` is set or the transport closes."""
-        try:
-            while not stop.is_set():
-                self.step(stop)
-        except TransportClosedError:
-            return
-        except BaseException as exc:
-            if on_error is None:
-                raise
-            on_error(exc)
+    @property
+    def name(self) -> str:
+        return self.worker_id
 
     def step(self, stop: threading.Event | None = None) -> bool:
         """Samples one batch of leased groups; False if none arrived within the poll."""
-        leases = self._lease_batch()
+        leases = lease_batch(self._prompts, self._cfg.lease_s, self._cfg.groups_per_batch)
         if not leases:
             return False
         started = time.monotonic()
@@ -202,18 +190,6 @@ class InferenceWorker:
             return self._prompts.extend(lease, self._cfg.lease_s)
         except LeaseExpiredError:
             return None  # waiting for weights took too long: the group went to another worker
-
-    def _lease_batch(self) -> list[Lease]:
-        first = self._prompts.get(self._cfg.lease_s, timeout=POLL_S)
-        if first is None:
-            return []
-        leases = [first]
-        while len(leases) < self._cfg.groups_per_batch:
-            more = self._prompts.get(self._cfg.lease_s, timeout=0)
-            if more is None:
-                break
-            leases.append(more)
-        return leases
 
     def _ensure_weights(self, needed: int, stop: threading.Event | None) -> bool:
         """Pulls the newest weights if ours are older than ``needed`` or ``pull_every`` behind."""
