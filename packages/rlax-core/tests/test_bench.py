@@ -94,3 +94,26 @@ def test_the_rl_suite_runs_quickly(tmp_path: Path) -> None:
     per_k = report["notes"]["per_k"]
     assert per_k["0"]["staleness_max"] == 0 and per_k["1"]["staleness_max"] <= 1
     assert 1.0 <= report["notes"]["ideal_speedup"] <= 2.0
+
+
+def test_the_verify_stage_suite_runs_quickly(tmp_path: Path) -> None:
+    """`rlax bench verify_stage --quick`: code runs on the local Lambda, and the math pair."""
+    repo = Path(__file__).resolve().parents[3]
+    out = tmp_path / "verify_stage.json"
+    suites = str(repo / "benchmarks")
+    assert main(["bench", "verify_stage", "--quick", "--dir", suites, "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    names = [r["name"] for r in report["results"]]
+    assert names == [
+        f"{what}: {figure}"
+        for what in (
+            "code, lambda +0.5 s, k=2, inline", "code, lambda +0.5 s, k=2, stage",
+            "math quickstart, k=1",
+        )
+        for figure in ("samples/s", "worker generation busy")
+    ]  # fmt: skip
+    assert all(r["subject"] > 0 and r["baseline"] > 0 for r in report["results"])
+    notes = report["notes"]
+    assert notes["invocations"]["none-0.5s"] == 0  # the ceiling judges nothing
+    assert notes["invocations"]["inline-0.5s"] > 0 and notes["invocations"]["stage-0.5s"] > 0
+    assert all(0 < s["generation_busy"] <= 1 for s in notes["per_setting"].values())

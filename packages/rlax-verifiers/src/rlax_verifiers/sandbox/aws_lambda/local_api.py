@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -53,6 +54,10 @@ class FunctionSettings:
         concurrency: invocations at once; more get 429.
         python: the interpreter the handler (and the programs) run on.
         tmp_mb: size of each invocation's private /tmp (when run as root).
+        delay_s: seconds each invocation waits, holding its concurrency slot, before the
+            handler runs: the latency of a remote function (network, queueing, a cold
+            start) that this machine does not have. For tests and benchmarks; not part
+            of the ``lambda`` sandbox's config.
     """
 
     name: str = "oubliette"
@@ -60,6 +65,7 @@ class FunctionSettings:
     concurrency: int = 4
     python: str = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
     tmp_mb: int = 512
+    delay_s: float = 0.0
 
 
 class LocalLambdaServer:
@@ -113,6 +119,8 @@ class LocalLambdaServer:
 
     def _run(self, payload: bytes) -> tuple[int, dict[str, str], bytes]:
         s = self.settings
+        if s.delay_s > 0:
+            time.sleep(s.delay_s)
         env = {"OUBLIETTE_PYTHON": s.python, "PATH": "/usr/bin:/bin"}
         command = [s.python, "-I", "-c", _entry(str(_ISOLATE_DIR.parent))]
         if os.geteuid() == 0 and shutil.which("bwrap"):
