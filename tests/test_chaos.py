@@ -5,9 +5,9 @@ the transport server, the trainer, 3 workers and 2 verifiers (the verifier stage
 judges). While it trains, the chaos monkey (rlax_launchers.testing.chaos) SIGKILLs a
 worker at step 8 and every 15 s, preempts one worker with ``rlax preempt`` (SIGTERM,
 grace, SIGKILL), SIGKILLs the trainer once, the transport server once and a verifier
-once, and preempts the other verifier; the launcher restarts each of them. The run must still reach its last step
-with every step logged once, no rollout group trained twice, staleness never above k,
-and a final pass@1 within noise of the undisturbed run.
+once, and preempts the other verifier; the launcher restarts each of them. The run must
+still reach its last step with every step logged once, no rollout group trained twice,
+staleness never above k, and a final pass@1 within noise of the undisturbed run.
 
 Undisturbed, this config reached a final pass@1 of 0.805, 0.824 and 0.809 (three runs
 over NATS, 64 eval prompts × 4 samples; it starts at 0.359); under chaos, 0.805
