@@ -1,7 +1,7 @@
 """Stopping ``rlax launch`` stops everything it started, and nothing else.
 
-A real local launch (the chaos config over NATS: the nats-server, the trainer and 3
-worker processes) is sent SIGTERM, as a scheduler or Ctrl-C would, once every process
+A real local launch (the chaos config over NATS: the nats-server, the trainer, 3 worker
+and 2 verifier processes) is sent SIGTERM, as a scheduler or Ctrl-C would, once every process
 runs. It must exit with 128 + SIGTERM, leave no process of any of its process groups
 alive (workers still starting included), and leave alone a process it did not start.
 """
@@ -19,13 +19,14 @@ import pytest
 
 from rlax_core.run_dir.process_table import pid_alive, read_table
 from rlax_launchers.testing.chaos import launch, launch_log
-from rlax_launchers.testing.chaos_config import chaos_run_config
+from rlax_launchers.testing.chaos_config import VERIFIERS, WORKERS, chaos_run_config
 
 REPO = Path(__file__).resolve().parents[1]
 # Bounds on a hang, not performance figures: start-up on a busy 2-core host, and the
 # launcher's stop_grace_s (10 s) plus the SIGKILL that follows it.
 START_TIMEOUT_S = 180
 STOP_TIMEOUT_S = 60
+PROCESSES = 2 + WORKERS + VERIFIERS  # the transport server, the trainer, workers, verifiers
 
 pytestmark = [pytest.mark.slow, pytest.mark.network, pytest.mark.distributed]
 
@@ -44,7 +45,7 @@ def _all_running(run_dir: Path) -> bool:
     if not (run_dir / "launcher.json").exists():
         return False
     table = read_table(run_dir)
-    return len(table.processes) == 5 and all(
+    return len(table.processes) == PROCESSES and all(
         p.state == "running" and pid_alive(p.pid) for p in table.processes
     )
 
@@ -60,7 +61,8 @@ def test_sigterm_to_the_launcher_stops_its_processes_and_nothing_else(tmp_path: 
         while not _all_running(run_dir):
             if launcher.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(
-                    f"the launch did not get all 5 processes running: {launch_log(run_dir)}"
+                    f"the launch did not get all {PROCESSES} processes running: "
+                    f"{launch_log(run_dir)}"
                 )
             time.sleep(0.2)
         started = read_table(run_dir).processes
