@@ -64,26 +64,22 @@ def test_throughput_figures_use_the_work_unit() -> None:
     assert result.subject > result.baseline
 
 
+def _quick_report(suite: str, tmp_path: Path) -> dict:
+    """Runs a shipped suite with ``--quick``; returns its JSON report."""
+    out = tmp_path / f"{suite}.json"
+    suites = Path(__file__).resolve().parents[3] / "benchmarks"
+    assert main(["bench", suite, "--quick", "--dir", str(suites), "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
 def test_the_shipped_suites_run_quickly(tmp_path: Path) -> None:
-    repo = Path(__file__).resolve().parents[3]
-    out = tmp_path / "transport.json"
-    assert (
-        main(
-            ["bench", "transport", "--quick", "--dir", str(repo / "benchmarks"), "--out", str(out)]
-        )
-        == 0
-    )
-    results = json.loads(out.read_text())["results"]
+    results = _quick_report("transport", tmp_path)["results"]
     assert all(r["subject"] > 0 and r["baseline"] > 0 for r in results)
 
 
 def test_the_rl_suite_runs_quickly(tmp_path: Path) -> None:
     """`rlax bench rl --quick`: embedded runs at k = 0 and 1, figures from their metrics."""
-    repo = Path(__file__).resolve().parents[3]
-    out = tmp_path / "rl.json"
-    args = ["bench", "rl", "--quick", "--dir", str(repo / "benchmarks"), "--out", str(out)]
-    assert main(args) == 0
-    report = json.loads(out.read_text())
+    report = _quick_report("rl", tmp_path)
     names = [r["name"] for r in report["results"]]
     assert names == [
         "end-to-end samples/s, k=1",
@@ -98,11 +94,7 @@ def test_the_rl_suite_runs_quickly(tmp_path: Path) -> None:
 
 def test_the_verify_stage_suite_runs_quickly(tmp_path: Path) -> None:
     """`rlax bench verify_stage --quick`: code runs on the local Lambda, and the math pair."""
-    repo = Path(__file__).resolve().parents[3]
-    out = tmp_path / "verify_stage.json"
-    suites = str(repo / "benchmarks")
-    assert main(["bench", "verify_stage", "--quick", "--dir", suites, "--out", str(out)]) == 0
-    report = json.loads(out.read_text())
+    report = _quick_report("verify_stage", tmp_path)
     names = [r["name"] for r in report["results"]]
     assert names == [
         f"{what}: {figure}"
@@ -117,3 +109,17 @@ def test_the_verify_stage_suite_runs_quickly(tmp_path: Path) -> None:
     assert notes["invocations"]["none-0.5s"] == 0  # the ceiling judges nothing
     assert notes["invocations"]["inline-0.5s"] > 0 and notes["invocations"]["stage-0.5s"] > 0
     assert all(0 < s["generation_busy"] <= 1 for s in notes["per_setting"].values())
+
+
+def test_the_scale_suite_runs_quickly(tmp_path: Path) -> None:
+    """`rlax bench scale --quick`: fp32 and bf16 runs of the test model, memory from outside."""
+    report = _quick_report("scale", tmp_path)
+    names = [r["name"] for r in report["results"]]
+    assert names[-1] == "bf16 logprob gap, 16 tokens" and len(names) == 9
+    for label in ("float32 16 tokens", "bfloat16 16 tokens"):
+        notes = report["notes"][label]
+        assert notes["peak_rss_bytes"] > notes["parameter_bytes"] > 0
+        assert len(notes["rss_gib_by_step"]) == 4
+        assert Path(notes["rss_png"]).stat().st_size > 5_000
+    gap = {r["name"]: r for r in report["results"]}["bf16 logprob gap, 16 tokens"]
+    assert gap["baseline"] < 1e-5 < gap["subject"] < 8e-3  # fp32 agrees; bf16 within its bound

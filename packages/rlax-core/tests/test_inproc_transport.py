@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -94,3 +95,19 @@ def test_transport_is_built_from_its_registered_config() -> None:
         store.publish(v, {"w": np.zeros(1, np.float32)})
     assert store.versions() == [2, 3, 4, 5, 6]
     transport.close()
+
+
+def test_a_published_jax_array_is_the_version_itself() -> None:
+    """No copy of a JAX array's CPU buffer; a donating update cannot change the version."""
+    store = InProcParameterStore(keep_last=1)
+    weights = jnp.arange(1000, dtype=jnp.float32) + 1
+    store.publish(0, {"w": weights})
+    fetched = store.fetch(0).arrays["w"]
+    assert np.shares_memory(fetched, np.asarray(weights))
+    update = jax.jit(lambda w: w * 0, donate_argnums=0)
+    jax.block_until_ready(update(weights))  # JAX keeps the viewed buffer: new ones instead
+    np.testing.assert_array_equal(store.fetch(0).arrays["w"], np.arange(1000) + 1)
+    host = np.ones(10, np.float32)
+    store.publish(1, {"w": host})
+    host[:] = 5  # a NumPy array the caller may change is copied
+    np.testing.assert_array_equal(store.fetch(1).arrays["w"], np.ones(10))

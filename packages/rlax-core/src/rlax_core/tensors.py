@@ -76,6 +76,24 @@ def as_host_array(name: str, value: Any) -> np.ndarray:
     return array
 
 
+ALIGNMENT = 64  # bytes: what XLA's CPU client needs to use host memory in place
+
+
+def aligned_copy(array: np.ndarray) -> np.ndarray:
+    """A private, C-contiguous copy of ``array`` whose data starts on a 64-byte boundary.
+
+    NumPy aligns to 16 bytes; JAX on the CPU uses host memory without copying it only
+    when it is 64-byte aligned (``jax.device_put(..., may_alias=True)``). A parameter
+    store's versions are such copies, so an inference worker in the same process
+    samples from the store's bytes instead of a second copy of the policy.
+    """
+    raw = np.empty(array.nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    out = raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
+    np.copyto(out, array)
+    return out
+
+
 def byte_view(array: np.ndarray) -> memoryview:
     """A flat, read-only byte view of a C-contiguous array (no copy)."""
     return memoryview(array.reshape(-1).view(np.uint8)).toreadonly()

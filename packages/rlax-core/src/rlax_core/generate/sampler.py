@@ -120,16 +120,21 @@ class Sampler:
             raise ValueError("set_model needs a model with the sampler's structure")
         self._state = state
 
-    def set_params(self, params: Mapping[str, np.ndarray | jax.Array]) -> None:
+    def set_params(
+        self, params: Mapping[str, np.ndarray | jax.Array], *, in_place: bool = False
+    ) -> None:
         """Samples with these weights (name → array, as the parameter store holds them).
 
         Cheaper than :meth:`set_model`: the arrays go straight into the sampler's state.
+        With ``in_place`` the sampler uses the host arrays' memory itself where it can
+        (on a CPU: no second copy of the policy); the caller promises never to write to
+        them again, as holds for a version fetched from a parameter store.
 
         Raises:
             KeyError: a parameter is missing.
             ValueError: a shape differs.
         """
-        self._state = with_params(self._state, params)
+        self._state = with_params(self._state, params, in_place=in_place)
 
     def bucket_shape(self, batch: int, prompt_len: int) -> tuple[int, int]:
         """The padded (batch, prompt length) a request of this size compiles for."""

@@ -4,6 +4,12 @@ The sampler reports, for every token it draws, the log-probability under the
 untruncated policy ``softmax(logits / T)``. The trainer recomputes the same quantity by
 teacher forcing with :func:`teacher_forced_logprobs`; both go through
 :func:`policy_log_softmax`, and a test holds them within 1e-5 in fp32.
+
+A trainer needs them at every completion token, with gradients: the logits of a batch
+of long completions over a 152K vocabulary are gigabytes (8 × 1,024 positions × 151,936
+× 4 bytes = 5 GB, and the backward pass needs as much again).
+:func:`token_logprobs_and_entropy` applies the LM head a chunk of positions at a time,
+each chunk rematerialised in the backward pass, so only one chunk's logits are alive.
 """
 
 from __future__ import annotations
@@ -35,3 +41,51 @@ def teacher_forced_logprobs(
     logits = model(tokens, valid).logits
     log_probs = policy_log_softmax(logits[:, :-1], temperature)
     return jnp.take_along_axis(log_probs, tokens[:, 1:, None], axis=-1)[..., 0]
+
+
+def token_logprobs_and_entropy(
+    model: Qwen,
+    hidden: jax.Array,
+    targets: jax.Array,
+    temperature: jax.Array | float,
+    *,
+    chunk: int,
+    entropy_gradient: bool = False,
+) -> tuple[jax.Array, jax.Array]:
+    """Log-probability of each target and the policy's entropy, ``chunk`` positions at a time.
+
+    Equal to computing ``policy_log_softmax(model.logits_from_hidden(hidden), T)`` whole
+    (and their gradients), with one chunk's logits in memory instead of all of them.
+
+    Args:
+        model: the policy (its LM head).
+        hidden: (..., hidden) final-norm output at the positions (``head=False``).
+        targets: (...) int token ids, one per position.
+        temperature: the sampling temperature.
+        chunk: positions per piece of the LM head.
+        entropy_gradient: let gradients flow through the entropy (an entropy bonus);
+            otherwise it is a metric only.
+
+    Returns:
+        Per position: the target's log-probability and the entropy, both fp32.
+    """
+    shape = targets.shape
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    flat_targets = targets.reshape(-1)
+    chunk = max(1, min(chunk, flat.shape[0]))
+    pad = -flat.shape[0] % chunk
+    flat = jnp.pad(flat, ((0, pad), (0, 0))).reshape(-1, chunk, flat.shape[-1])
+    flat_targets = jnp.pad(flat_targets, (0, pad)).reshape(-1, chunk)
+    weight = model.head_weight()
+
+    @jax.checkpoint
+    def piece(weight: jax.Array, h: jax.Array, t: jax.Array) -> tuple[jax.Array, jax.Array]:
+        log_probs = policy_log_softmax(model.logits_from_hidden(h[None], weight)[0], temperature)
+        logp = jnp.take_along_axis(log_probs, t[:, None], axis=-1)[:, 0]
+        if not entropy_gradient:
+            log_probs = jax.lax.stop_gradient(log_probs)
+        return logp, -(jnp.exp(log_probs) * log_probs).sum(axis=-1)
+
+    logp, entropy = jax.lax.map(lambda xs: piece(weight, *xs), (flat, flat_targets))
+    size = targets.size
+    return logp.reshape(-1)[:size].reshape(shape), entropy.reshape(-1)[:size].reshape(shape)

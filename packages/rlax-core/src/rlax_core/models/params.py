@@ -86,12 +86,19 @@ def replace_params(model: Qwen, params: Mapping[str, np.ndarray | jax.Array]) ->
     return nnx.merge(graphdef, with_params(state, params), rest)
 
 
-def with_params(state: nnx.State, params: Mapping[str, np.ndarray | jax.Array]) -> nnx.State:
+def with_params(
+    state: nnx.State, params: Mapping[str, np.ndarray | jax.Array], *, in_place: bool = False
+) -> nnx.State:
     """``state`` (a model's parameters) with every array replaced by the same-named one.
 
     Each array goes onto the sharding of the one it replaces, in one batched transfer;
     no model is built or traced. An inference worker does this for every new policy
     version (see :meth:`rlax_core.generate.Sampler.set_params`).
+
+    Args:
+        in_place: let JAX use the host arrays' memory as they are where it can (a CPU
+            device and 64-byte aligned arrays, as a parameter store's are): no copy.
+            Only for arrays nobody writes to afterwards, such as a fetched version's.
 
     Raises:
         KeyError: a parameter is missing from ``params``.
@@ -107,7 +114,7 @@ def with_params(state: nnx.State, params: Mapping[str, np.ndarray | jax.Array]) 
                 f"parameter {name!r} is {value.shape}, the model needs {current.shape}"
             )
         values.append(np.asarray(value, dtype=current.dtype))
-    placed = jax.device_put(values, [current.sharding for _, current in leaves])
+    placed = jax.device_put(values, [current.sharding for _, current in leaves], may_alias=in_place)
     return jax.tree_util.tree_unflatten(treedef, placed)
 
 

@@ -11,6 +11,7 @@ version becomes visible atomically.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from rlax_core.tensors import as_host_array, manifest_checksum, tensor_checksums
+from rlax_core.tensors import aligned_copy, as_host_array, manifest_checksum, tensor_checksums
 from rlax_core.types.policy import PolicyVersion, TensorInfo
 
 
@@ -61,9 +62,13 @@ def prepare_version(
         params: parameter name → NumPy or JAX array.
         metadata: JSON-serialisable extras stored with the version.
         own: copy every array the caller could still change (a store that keeps the
-            arrays, rather than sending their bytes, must not see later writes). An
-            array that a device-to-host transfer just produced is already private and is
-            not copied twice.
+            arrays, rather than sending their bytes, must not see later writes). Two
+            kinds are kept as they are: an array that a device-to-host transfer just
+            produced (already private), and a JAX array's own buffer on the CPU. JAX
+            arrays are immutable, and JAX does not donate a buffer a NumPy view holds
+            (a jitted update that asks to gets new buffers instead), so the version is
+            the published arrays themselves: in one process the trainer, the store and
+            an inference worker then share one copy of the policy.
         checksums: the tensors' checksums when the caller computed them from these very
             bytes (e.g. while receiving them); None hashes them here.
 
@@ -81,8 +86,8 @@ def prepare_version(
         if not isinstance(name, str) or not name:
             raise TypeError(f"parameter names must be non-empty strings, got {name!r}")
         host = as_host_array(name, value)
-        if own and not (host.flags.owndata and host is not value):
-            host = host.copy()
+        if own and not _private(value, host):
+            host = aligned_copy(host)
         arrays[name] = host
     if checksums is not None and set(checksums) != set(arrays):
         raise ValueError("checksums must name exactly the tensors")
@@ -99,3 +104,11 @@ def prepare_version(
         checksum=manifest_checksum([(t.name, t.dtype, t.shape, t.checksum) for t in tensors]),
     )
     return PreparedVersion(info, arrays)
+
+
+def _private(value: Any, host: np.ndarray) -> bool:
+    """Whether no one can write to ``host`` (``value`` as a host array) after publishing."""
+    if host.flags.owndata and host is not value:
+        return True  # a fresh device-to-host copy
+    jax = sys.modules.get("jax")  # no JAX loaded: the value is not a JAX array
+    return jax is not None and isinstance(value, jax.Array) and host.base is not None

@@ -50,16 +50,18 @@ class _EveryPositionLearner(Learner):
     """The reference: a row per sequence, logits at every position, as a plain
     teacher-forced pass has them."""
 
-    def _policy(self, params, arrays):
+    def _policy(self, params, arrays, *, entropy_gradient=False):
         assert "segments" not in arrays, "train the reference with share_prompts=False"
         model = nnx.merge(self.graphdef, params)
         logits = model(arrays["tokens"], arrays["valid"]).logits[:, :-1]
         log_probs = jax.nn.log_softmax(logits / self.temperature, axis=-1)
         window = arrays["logits_at"]
         logp = teacher_forced_logprobs(model, arrays["tokens"], arrays["valid"], self.temperature)
-        return jnp.take_along_axis(logp, window, axis=1), jnp.take_along_axis(
-            log_probs, window[..., None], axis=1
-        )
+        log_probs = jnp.take_along_axis(log_probs, window[..., None], axis=1)
+        if not entropy_gradient:
+            log_probs = jax.lax.stop_gradient(log_probs)
+        entropy = -(jnp.exp(log_probs) * log_probs).sum(axis=-1)
+        return jnp.take_along_axis(logp, window, axis=1), entropy
 
 
 def _train(batch: TrainBatch, *, mesh=None, learner=Learner, algorithm=None, **trainer):
@@ -116,11 +118,16 @@ def test_the_loss_window_holds_every_counted_target() -> None:
 
 
 @pytest.mark.parametrize("entropy_coef", [0.0, 0.5])
+@pytest.mark.parametrize("chunk", [3, 512])
 def test_logits_at_the_loss_window_give_the_full_gradient(
-    batch: TrainBatch, entropy_coef: float
+    batch: TrainBatch, entropy_coef: float, chunk: int
 ) -> None:
+    """Logits at the loss window only, the LM head in chunks (3: several per row, and a
+    padded last one), against every position's logits at once."""
     algorithm = AlgorithmSection(entropy_coef=entropy_coef)
-    window, window_metrics = _train(batch, algorithm=algorithm, share_prompts=False)
+    window, window_metrics = _train(
+        batch, algorithm=algorithm, share_prompts=False, logits_chunk_tokens=chunk
+    )
     full, full_metrics = _train(
         batch, algorithm=algorithm, learner=_EveryPositionLearner, share_prompts=False
     )
@@ -203,3 +210,14 @@ def test_several_updates_per_step_use_a_fixed_proximal_policy(batch: TrainBatch)
 
 def test_the_mesh_section_is_a_mesh() -> None:
     assert MeshSection(data=2, tensor=4).data * MeshSection(data=2, tensor=4).tensor == 8
+
+
+def test_the_step_counts_its_flops_by_xla_cost_analysis(batch: TrainBatch) -> None:
+    """At least forward and backward of every parameter for every trained row token
+    (2 + 4 FLOPs each); micro-batches add up to the same work."""
+    whole, _ = _train(batch, share_prompts=False)
+    micro, _ = _train(batch, share_prompts=False, micro_batch_tokens=32)
+    params = sum(np.asarray(v).size for v in flat_params(_model()).values())
+    trained = batch.num_loss_tokens
+    assert whole.step_flops > 6 * params * trained
+    assert micro.step_flops == pytest.approx(whole.step_flops, rel=0.5)

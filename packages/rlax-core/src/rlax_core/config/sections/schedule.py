@@ -41,6 +41,12 @@ class CheckpointSection(Section):
 
     every_steps: int = Field(default=10, ge=1, description="Save every this many RL steps.")
     keep: int = Field(default=2, ge=1, description="Checkpoints kept (the newest ones).")
+    at_start: bool = Field(
+        default=False,
+        description="Also save before the first RL step. A run with a warm start always "
+        "does (the warm start is never redone); otherwise step 0 is the initial policy, "
+        "which a resume rebuilds from the config at no cost.",
+    )
 
 
 class WarmStartSection(Section):

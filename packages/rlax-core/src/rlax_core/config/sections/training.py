@@ -88,6 +88,13 @@ class TrainerSection(Section):
         description="Tokens (sequences × padded length) per micro-batch; gradients of the "
         "micro-batches of a step are accumulated.",
     )
+    logits_chunk_tokens: int = Field(
+        default=512,
+        ge=1,
+        description="Positions whose logits are computed at once in training (each chunk "
+        "rematerialised in the backward pass): a micro-batch's logits over the vocabulary "
+        "never exist whole (at a 152K vocabulary, 512 positions are 311 MB in fp32).",
+    )
     share_prompts: bool = Field(
         default=True,
         description="Train each rollout group as one row that holds its prompt once, "

@@ -36,10 +36,18 @@ class Linear(nnx.Module):
         self.dtype = config.dtype
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = jnp.einsum("...i,oi->...o", x.astype(self.dtype), self.weight[...].astype(self.dtype))
+        # Products of ``dtype`` operands summed in fp32, one rounding to ``dtype`` at the
+        # end: a sampler's one-token step and a trainer's whole-sequence pass then differ
+        # only in accumulation order, not in how often partial sums are rounded.
+        y = jnp.einsum(
+            "...i,oi->...o",
+            x.astype(self.dtype),
+            self.weight[...].astype(self.dtype),
+            preferred_element_type=jnp.float32,
+        )
         if self.bias is not None:
-            y = y + self.bias[...].astype(self.dtype)
-        return y
+            y = y + self.bias[...].astype(jnp.float32)
+        return y.astype(self.dtype)
 
 
 class Embedding(nnx.Module):
@@ -157,10 +165,15 @@ class Attention(nnx.Module):
             out = attend_one_query(q[:, 0], k, v, mask[:, 0], c.head_dim**-0.5, filled)
             out = out[:, None]
         else:
-            scores = jnp.einsum(f"btkgd,{keys}->bkgts", q, k) * c.head_dim**-0.5
-            scores = jnp.where(mask[:, None, None, :, :], scores.astype(jnp.float32), _MASKED)
-            probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-            out = jnp.einsum(f"bkgts,{keys}->btkgd", probs, v)
+            # The decode step's arithmetic (attend_one_query): fp32 scores of the
+            # ``dtype`` queries and keys, an fp32 softmax, fp32 probabilities times the
+            # values, one rounding at the end. The trainer's log-probabilities then
+            # match the sampler's in bf16 too, up to accumulation order.
+            f32 = jnp.float32
+            scores = jnp.einsum(f"btkgd,{keys}->bkgts", q, k, preferred_element_type=f32)
+            scores = jnp.where(mask[:, None, None, :, :], scores * c.head_dim**-0.5, _MASKED)
+            probs = jax.nn.softmax(scores, axis=-1)
+            out = jnp.einsum(f"bkgts,{keys}->btkgd", probs, v.astype(f32)).astype(q.dtype)
         return self.o_proj(out.reshape(b, t, c.num_heads * c.head_dim)), cache
 
 

@@ -32,11 +32,14 @@ class QwenOutput:
         hidden_states: with ``return_hidden_states``, the hidden states after the
             embedding and after each layer (the last one after the final norm), as HF
             returns them; None otherwise.
+        final_hidden: with ``head=False``, the final norm's output (at ``logits_at``
+            when given) instead of ``logits``, which is then None.
     """
 
-    logits: jax.Array
+    logits: jax.Array | None
     cache: KVCache | None = None
     hidden_states: list[jax.Array] | None = None
+    final_hidden: jax.Array | None = None
 
 
 class DecoderLayer(nnx.Module):
@@ -98,6 +101,7 @@ class Qwen(nnx.Module):
         attention_mask: jax.Array | None = None,
         return_hidden_states: bool = False,
         logits_at: jax.Array | None = None,
+        head: bool = True,
     ) -> QwenOutput:
         """Runs the model.
 
@@ -120,6 +124,9 @@ class Qwen(nnx.Module):
                 (batch, k, vocab). A sampler's prefill needs the last position; a
                 trainer needs the completion's. The LM head and the softmax over the
                 vocabulary then cost nothing for the other positions.
+            head: False skips the LM head and returns the final norm's output instead
+                (``final_hidden``), for a caller that applies the head itself in pieces
+                (:func:`rlax_core.models.logprobs.token_logprobs_and_entropy`).
 
         Returns:
             The logits; the updated cache when given one; the hidden states when asked
@@ -150,34 +157,46 @@ class Qwen(nnx.Module):
         hidden = [x]
         new_cache: KVCache = []
         for i, layer in enumerate(self.model.layers):
-            layer_cache = None if cache is None else cache[i]
-            if c.remat:
-                x, layer_cache = nnx.remat(lambda lyr, *a: lyr(*a))(
-                    layer, x, rope, mask, layer_cache, cache_index
-                )
+            if cache is None and c.remat:
+                # Training and scoring: recompute the layer in the backward pass. With a
+                # cache (generation) there is no backward pass, so the decode loop never
+                # traces remat.
+                x = _rematerialised(layer, x, rope, mask)
             else:
+                layer_cache = None if cache is None else cache[i]
                 x, layer_cache = layer(x, rope, mask, layer_cache, cache_index)
-            new_cache.append(layer_cache)
+                new_cache.append(layer_cache)
             hidden.append(x)
         x = self.model.norm(x)
         hidden[-1] = x
         if logits_at is not None:
             x = jnp.take_along_axis(x, logits_at[..., None], axis=1)
         return QwenOutput(
-            logits=self.logits_from_hidden(x),
+            logits=self.logits_from_hidden(x) if head else None,
             cache=None if cache is None else new_cache,
             hidden_states=hidden if return_hidden_states else None,
+            final_hidden=None if head else x,
         )
 
-    def logits_from_hidden(self, x: jax.Array) -> jax.Array:
-        """Final-norm output (batch, length, hidden) → fp32 logits (batch, length, vocab)."""
+    def head_weight(self) -> jax.Array:
+        """The LM head's (vocab, hidden) weight: the embedding table when tied."""
         if self.config.tie_embeddings:
-            weight = self.model.embed_tokens.weight[...]
-        else:
-            weight = self.lm_head.weight[...]
+            return self.model.embed_tokens.weight[...]
+        return self.lm_head.weight[...]
+
+    def logits_from_hidden(self, x: jax.Array, weight: jax.Array | None = None) -> jax.Array:
+        """Final-norm output (batch, length, hidden) → fp32 logits (batch, length, vocab).
+
+        Args:
+            weight: :meth:`head_weight`, when the caller already holds it.
+        """
+        weight = self.head_weight() if weight is None else weight
         dtype = jnp.dtype(self.config.dtype)
-        logits = jnp.einsum("bth,vh->btv", x.astype(dtype), weight.astype(dtype))
-        return logits.astype(jnp.float32)
+        # fp32 sums of the products, kept in fp32: rounding logits to bf16 would move
+        # every log-probability by up to half a bf16 step of the logit (1/32 at 8).
+        return jnp.einsum(
+            "bth,vh->btv", x.astype(dtype), weight.astype(dtype), preferred_element_type=jnp.float32
+        )
 
     def init_cache(self, batch: int, slots: int) -> KVCache:
         """An empty KV cache for ``batch`` sequences of up to ``slots`` tokens."""
@@ -185,3 +204,21 @@ class Qwen(nnx.Module):
         shape = (batch, c.num_kv_heads, slots, c.head_dim)
         dtype = jnp.dtype(c.dtype)
         return [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(c.num_layers)]
+
+
+def _rematerialised(
+    layer: DecoderLayer, x: jax.Array, rope: tuple[jax.Array, jax.Array], mask: jax.Array
+) -> jax.Array:
+    """``layer(x)`` without a cache, its activations recomputed in the backward pass.
+
+    ``jax.checkpoint`` of a pure function of the layer's split state rather than
+    ``nnx.remat``: NNX's lifted transform refuses a module whose parameters were made at
+    another trace level (a model merged inside the sampler's ``lax.while_loop``, or
+    inside a caller's ``jit``), and the pure form needs no such bookkeeping.
+    """
+    graphdef, state = nnx.split(layer)
+
+    def apply(state: nnx.State, x: jax.Array, rope: tuple, mask: jax.Array) -> jax.Array:
+        return nnx.merge(graphdef, state)(x, rope, mask, None, 0)[0]
+
+    return jax.checkpoint(apply)(state, x, rope, mask)

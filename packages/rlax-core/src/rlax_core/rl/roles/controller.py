@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from rlax_core.config.sections import AlgorithmSection, RolloutSection, StalenessSection
@@ -271,11 +272,17 @@ class Controller:
         """When ``lease`` has half its time left (time.time)."""
         return lease.expires_at - self._lease_s / 2
 
-    def acknowledge_trained(self) -> None:
-        """Acks the rollouts trained so far; call only after a checkpoint includes them."""
-        for lease in self.held.values():
-            self._ack(lease)
-        self.held = {}
+    def acknowledge_trained(self, group_ids: Collection[str] | None = None) -> None:
+        """Acks trained rollouts; call only once a committed checkpoint includes them.
+
+        Args:
+            group_ids: the groups that checkpoint covers (those held when it was
+                saved); None: every group held now.
+        """
+        for gid in list(self.held) if group_ids is None else group_ids:
+            lease = self.held.pop(gid, None)
+            if lease is not None:
+                self._ack(lease)
 
     def state(self) -> dict:
         """The controller's part of a checkpoint (JSON)."""

@@ -25,7 +25,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlax_core.config.sections import AlgorithmSection, TrainerSection
-from rlax_core.models.logprobs import policy_log_softmax
+from rlax_core.models.logprobs import token_logprobs_and_entropy
 from rlax_core.models.params import params_by_name
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.sharding import batch_divisor, batch_sharding
@@ -36,7 +36,12 @@ from rlax_core.rl.algorithms.optimizer import learning_rate_schedule, make_optim
 
 # Metrics combined by maximum across micro- and mini-batches; all others are sums of
 # batch-normalised parts (micro-batches) and then means (mini-batches).
-_MAX_METRICS = ("is_weight/max", "logprob_gap/trainer_max", "logprob_gap/stale_max")
+_MAX_METRICS = (
+    "is_weight/max",
+    "logprob_gap/trainer_max",
+    "logprob_gap/stale_max",
+    "is_ratio/on_policy_drift_max",
+)
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,8 @@ class Learner:
         self.schedule = learning_rate_schedule(trainer, total_updates)
         self.opt_state = _init_on_mesh(self.tx, self.params, mesh)
         self.updates = 0
+        self.step_flops = 0.0  # of the last train_step, by XLA's cost analysis
+        self._flops_by_shape: dict[tuple, float] = {}
         self.loss_config = LossConfig(
             loss=algorithm.loss,
             aggregation=algorithm.aggregation,
@@ -100,7 +107,7 @@ class Learner:
         # of a multi-host trainer can read them.
         replicated = NamedSharding(mesh, PartitionSpec()) if mesh is not None else None
         self._logprobs = jax.jit(self._token_logprobs, out_shardings=replicated)
-        self._add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
+        self._add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b), donate_argnums=0)
         self._apply = jax.jit(self._apply_update, donate_argnums=(0, 1))
 
     # -- the public surface --
@@ -137,6 +144,7 @@ class Learner:
         if self.reference_params is not None:
             reference = self._batched_logprobs(step, self.reference_params)
         step_metrics: list[dict[str, float]] = []
+        self.step_flops = 0.0
         for part in minibatches:
             step_metrics.append(self._update(step, part, version, prox, reference))
         return _combine(step_metrics, mean=True)
@@ -234,6 +242,7 @@ class Learner:
         for chunk in chunks:
             arrays = self._micro_arrays(step, chunk, size, extra)
             g, metrics = self._micro(self.params, arrays, norms, jnp.int32(version))
+            self.step_flops += self._micro_flops(arrays, norms, version)
             grads = g if grads is None else self._add(grads, g)
             parts.append(metrics)
         learning_rate = float(self.schedule(self.updates))
@@ -244,21 +253,46 @@ class Learner:
         metrics["learning_rate"] = learning_rate
         return metrics
 
-    def _policy(self, params: nnx.State, arrays: dict) -> tuple[jax.Array, jax.Array]:
-        """Log-probabilities at the loss windows: of the targets (N, W), and all (N, W, V)."""
+    def _micro_flops(self, arrays: dict, norms: dict, version: int) -> float:
+        """FLOPs of one micro-step of these shapes, by XLA's cost analysis of its program.
+
+        Rematerialised layers count twice (they are computed twice). Found once per shape:
+        lowering traces the step again, but compiles nothing.
+        """
+        key = tuple((k, v.shape, v.dtype.name) for k, v in sorted(arrays.items()))
+        if key not in self._flops_by_shape:
+            lowered = self._micro.lower(self.params, arrays, norms, jnp.int32(version))
+            cost = lowered.cost_analysis() or {}
+            self._flops_by_shape[key] = float(cost.get("flops", float("nan")))
+        return self._flops_by_shape[key]
+
+    def _policy(
+        self, params: nnx.State, arrays: dict, *, entropy_gradient: bool = False
+    ) -> tuple[jax.Array, jax.Array]:
+        """At the loss windows: the targets' log-probabilities and the entropy, (N, W) each.
+
+        The LM head runs ``trainer.logits_chunk_tokens`` positions at a time.
+        """
         segments = arrays.get("segments")
         model = nnx.merge(self.graphdef, params)
-        logits = model(
+        hidden = model(
             arrays["tokens"],
             arrays["valid"],
             positions=arrays.get("rope"),
             attention_mask=None if segments is None else shared_prompt_mask(segments),
             logits_at=arrays["logits_at"],
-        ).logits
-        log_probs = policy_log_softmax(logits, self.temperature)
-        logp = jnp.take_along_axis(log_probs, arrays["targets"][..., None], axis=-1)[..., 0]
+            head=False,
+        ).final_hidden
+        logp, entropy = token_logprobs_and_entropy(
+            model,
+            hidden,
+            arrays["targets"],
+            self.temperature,
+            chunk=self.trainer.logits_chunk_tokens,
+            entropy_gradient=entropy_gradient,
+        )
         width = arrays["loss_mask"].shape[1]  # rows of several sequences: one row each
-        return logp.reshape(-1, width), log_probs.reshape(-1, width, log_probs.shape[-1])
+        return logp.reshape(-1, width), entropy.reshape(-1, width)
 
     def _token_logprobs(self, params: nnx.State, arrays: dict) -> jax.Array:
         return self._policy(params, arrays)[0]
@@ -282,10 +316,8 @@ class Learner:
         cfg = self.loss_config
 
         def loss_fn(params: nnx.State) -> tuple[jax.Array, dict]:
-            logp, log_probs = self._policy(params, arrays)
-            if cfg.entropy_coef == 0:  # a metric only: no gradient through the vocabulary
-                log_probs = jax.lax.stop_gradient(log_probs)
-            entropy = -(jnp.exp(log_probs) * log_probs).sum(axis=-1)
+            # Without an entropy bonus the entropy is a metric: no gradient through it.
+            logp, entropy = self._policy(params, arrays, entropy_gradient=cfg.entropy_coef != 0)
             prox = arrays.get("prox", jax.lax.stop_gradient(logp))
             loss, metrics = policy_objective(
                 logp,
@@ -307,6 +339,10 @@ class Learner:
             on_policy = arrays["versions"][:, None] == version
             # −1 marks "no such token in this micro-batch" (made NaN when combined).
             metrics["logprob_gap/trainer_max"] = jnp.where(on_policy, gap, -1.0).max()
+            # What the gap does to the loss: on-policy importance ratios should be 1.
+            drift = jnp.abs(jnp.expm1(jax.lax.stop_gradient(logp) - sampled))
+            usable_on_policy = usable & on_policy
+            metrics["is_ratio/on_policy_drift_max"] = jnp.where(usable_on_policy, drift, -1.0).max()
             metrics["logprob_gap/stale_max"] = jnp.where(on_policy, -1.0, gap).max()
             return loss, metrics
 

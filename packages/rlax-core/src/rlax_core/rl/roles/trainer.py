@@ -27,6 +27,7 @@ from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.transport import Transport
 from rlax_core.contracts.verifier import Judge
 from rlax_core.errors import RlaxError
+from rlax_core.memory import memory_metrics
 from rlax_core.models.params import flat_params, host_model, replace_params
 from rlax_core.models.qwen import Qwen
 from rlax_core.plugins.registry import Registry
@@ -72,7 +73,11 @@ class TrainerRun:
         self.config = config
         self.run_dir = run_dir
         self.processes = TrainerProcesses()
-        self.checkpoints = CheckpointStore(run_dir / "checkpoints", keep=config.checkpoint.keep)
+        self.checkpoints = CheckpointStore(
+            run_dir / "checkpoints",
+            keep=config.checkpoint.keep,
+            asynchronous=not self.processes.distributed,
+        )
         resumed_from = self.checkpoints.latest_step() if resume else None
         # Every process checks the run directory (so a bad one stops them all alike);
         # the leader writes it.
@@ -148,7 +153,9 @@ class TrainerRun:
         self.duties.report("trainer", {"step": self.step, "policy_version": self.version})
         if not self.resumed:
             self.duties.log(0, {"policy_version": self.version, **self._evaluate(host)})
-            self._checkpoint()  # the warm start is never redone
+            if self.config.checkpoint.at_start or self.config.warm_start.steps:
+                self._checkpoint()  # the warm start is never redone
+        del host  # the first version's arrays: held here, they would outlive it all run
         progress = self.duties.progress
         with progress:
             progress.update(self.step, {})
@@ -160,12 +167,17 @@ class TrainerRun:
             self._checkpoint()  # a finished or stopped run leaves its last step saved
         if finished:
             self._export()
+        self._committed(self.checkpoints.wait())
         return finished
 
     def close(self) -> None:
         """Closes the metrics and checkpoint writers."""
         self.duties.close()
         self.checkpoints.close()
+
+    def _committed(self, steps: list[int]) -> None:
+        for step in steps:
+            self.duties.checkpointed(step)
 
     def _train_one(self, stop: threading.Event) -> bool:
         """One step (on every process); False when the run is to stop after it."""
@@ -179,6 +191,8 @@ class TrainerRun:
             groups, advantage=algorithm.advantage, overlong_filter=algorithm.overlong_filter
         )
         metrics.update(self.duties.batch_metrics(groups, self.version))
+        # The update donates the parameters a checkpoint may still be copying.
+        checkpoint_wait = self.checkpoints.ready()
         train_started = time.monotonic()
         metrics.update(self.learner.train_step(batch, self.version))
         jax.block_until_ready(self.learner.params)
@@ -197,11 +211,15 @@ class TrainerRun:
                 "time/step_s": step_s,
                 "time/wait_s": waited,
                 "time/train_s": train_s,
+                "time/checkpoint_wait_s": checkpoint_wait,
+                **memory_metrics(),
                 "throughput/samples_per_s": batch.num_sequences / step_s,
                 "throughput/train_tokens_per_s": batch.num_loss_tokens / max(train_s, 1e-9),
+                "throughput/train_flops_per_s": self.learner.step_flops / max(train_s, 1e-9),
             }
         )
         self.duties.log(self.step, metrics)
+        self._committed(self.checkpoints.committed())
         if self.step % self.config.checkpoint.every_steps == 0:
             self._checkpoint()  # after the step's metrics line: a resume never loses it
         rate = {"samples_per_s": metrics["throughput/samples_per_s"]}
@@ -235,12 +253,17 @@ class TrainerRun:
         return self.duties.evaluate(self._policy(host))
 
     def _checkpoint(self) -> None:
-        """Saves the RL state; collective (every process writes its shards)."""
+        """Starts saving the RL state; collective (every process writes its shards).
+
+        The arrays are copied and the files written in the background; the next update
+        waits for the copy only if it is not done (``time/checkpoint_wait_s``). The
+        rollouts the checkpoint covers are acknowledged once it is committed
+        (:meth:`_committed`).
+        """
         meta = {"step": self.step, "version": self.version, "updates": self.learner.updates}
-        meta.update(self.duties.checkpoint_state())
+        meta.update(self.duties.checkpoint_state(self.step))
         self.checkpoints.save(self.step, self.learner.state(), meta)
         self._saved_step = self.step
-        self.duties.checkpointed()
 
     def _restore(self) -> None:
         state, meta = self.checkpoints.restore(self.learner.state())

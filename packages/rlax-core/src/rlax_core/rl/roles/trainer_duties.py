@@ -80,16 +80,20 @@ class TrainerDuties(ABC):
         """Writes the status file ``name`` (``rlax status`` shows it)."""
 
     @abstractmethod
-    def checkpoint_state(self) -> dict[str, Any]:
-        """The JSON part of a checkpoint that only the leader holds."""
+    def checkpoint_state(self, step: int) -> dict[str, Any]:
+        """The JSON part of the checkpoint of ``step`` that only the leader holds.
+
+        It covers the batches trained so far: :meth:`checkpointed` acknowledges them
+        once that checkpoint is committed.
+        """
 
     @abstractmethod
     def restore(self, meta: Mapping[str, Any]) -> None:
         """Restores the leader's part of a checkpoint's JSON."""
 
     @abstractmethod
-    def checkpointed(self) -> None:
-        """Notes that a checkpoint now holds every batch trained so far."""
+    def checkpointed(self, step: int) -> None:
+        """Notes that the checkpoint of ``step`` is committed: its batches are safe."""
 
     @abstractmethod
     def export(self, model: Callable[[], Qwen], final: Path, tokenizer_dir: Path) -> None:
@@ -142,6 +146,7 @@ class LeaderDuties(TrainerDuties):
             staleness=config.staleness,
             algorithm=config.algorithm,
         )
+        self._covered: dict[int, list[str]] = {}  # checkpoint step → the groups it covers
         self.metrics = MetricsLog(
             run_dir,
             resume_from_step=resumed_from,
@@ -199,15 +204,16 @@ class LeaderDuties(TrainerDuties):
     def report(self, name: str, fields: dict[str, Any]) -> None:
         write_status(self._run_dir, name, {"role": "trainer", **fields})
 
-    def checkpoint_state(self) -> dict[str, Any]:
+    def checkpoint_state(self, step: int) -> dict[str, Any]:
+        self._covered[step] = list(self.controller.held)
         return {"mixture": self.mixture.state(), "controller": self.controller.state()}
 
     def restore(self, meta: Mapping[str, Any]) -> None:
         self.mixture.restore(meta["mixture"])
         self.controller.restore(meta["controller"])
 
-    def checkpointed(self) -> None:
-        self.controller.acknowledge_trained()
+    def checkpointed(self, step: int) -> None:
+        self.controller.acknowledge_trained(self._covered.pop(step, []))
 
     def export(self, model: Callable[[], Qwen], final: Path, tokenizer_dir: Path) -> None:
         save_pretrained(model(), final)
@@ -251,13 +257,13 @@ class FollowerDuties(TrainerDuties):
     def report(self, name: str, fields: dict[str, Any]) -> None:
         return None
 
-    def checkpoint_state(self) -> dict[str, Any]:
+    def checkpoint_state(self, step: int) -> dict[str, Any]:
         return {}  # the leader's JSON is the checkpoint's
 
     def restore(self, meta: Mapping[str, Any]) -> None:
         return None
 
-    def checkpointed(self) -> None:
+    def checkpointed(self, step: int) -> None:
         return None
 
     def export(self, model: Callable[[], Qwen], final: Path, tokenizer_dir: Path) -> None:

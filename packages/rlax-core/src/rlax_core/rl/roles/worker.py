@@ -209,6 +209,6 @@ class InferenceWorker(LeasingLoop):
             fetched = self._store.fetch(latest.version)
         except VersionNotFoundError:  # evicted meanwhile: a newer one exists
             return self._ensure_weights(needed, stop)
-        self._sampler.set_params(fetched.arrays)
+        self._sampler.set_params(fetched.arrays, in_place=True)  # a version never changes
         self.version = latest.version
         return True

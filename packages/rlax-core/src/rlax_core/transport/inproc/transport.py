@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+from pydantic import Field
+
 from rlax_core.contracts.transport import Transport
 from rlax_core.transport.inproc.parameter_store import InProcParameterStore
 from rlax_core.transport.inproc.queue import InProcQueue
@@ -12,6 +14,14 @@ from rlax_core.transport.settings import TransportSettings
 
 class InProcTransportConfig(TransportSettings):
     """Trainer and workers are threads of one process and share memory. No services."""
+
+    keep_versions: int = Field(
+        default=1,
+        ge=1,
+        description="Policy versions the parameter store retains. One suffices in one "
+        "process: a worker samples from its version's arrays in place, which keeps them "
+        "alive after the store lets go; each retained version costs a copy of the policy.",
+    )
 
 
 class InProcTransport(Transport):
