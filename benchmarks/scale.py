@@ -2,8 +2,8 @@
 
 Each run is the embedded run of ``rlax train`` (trainer and one worker thread in one
 process, the inproc transport) on the quickstart's task and tokenizer with the
-``qwen2_5_0_5b`` preset, 2 prompts × 4 samples, k = 0, ``model.remat`` on, no warm
-start, no evaluation, checkpoints every 2 steps. Full mode runs fp32 and bf16 at 256
+``qwen2_5_0_5b`` preset, 2 prompts × 4 samples, k = 0, ``model.remat`` on, two rows per
+micro-batch, no warm start, no evaluation, checkpoints every 2 steps. Full mode runs fp32 and bf16 at 256
 and 1,024 new tokens, 5 steps each; quick mode runs the one-layer test model. Each run
 is a process of its own, its resident memory sampled from outside every 0.25 s (a PNG
 per run beside the results), and its metrics read from its ``metrics.jsonl``.
@@ -57,7 +57,10 @@ def _config(*, dtype: str, tokens: int, steps: int, quick: bool) -> dict[str, An
     config["rollout"] |= {"prompts_per_step": 2, "samples_per_prompt": 4, "groups_per_batch": 2,
                           "max_new_tokens": tokens}  # fmt: skip
     config["staleness"] = {"max_staleness": 0}
-    config["trainer"] = {"total_steps": steps, "learning_rate": 1e-6}
+    # Two 1,088-token rows per micro-batch: the step's activations are a row pair's,
+    # and accumulating into the donated gradient sum costs no second gradient buffer.
+    config["trainer"] = {"total_steps": steps, "learning_rate": 1e-6,
+                         "micro_batch_tokens": 2 * (tokens + 64)}  # fmt: skip
     config["checkpoint"] = {"every_steps": 2}
     return config
 

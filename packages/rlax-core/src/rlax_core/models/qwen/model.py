@@ -12,8 +12,11 @@ padding (batched prompts of different lengths) needs no other mechanism.
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx, struct
 
 from rlax_core.models.qwen.config import QwenConfig
@@ -211,14 +214,44 @@ def _rematerialised(
 ) -> jax.Array:
     """``layer(x)`` without a cache, its activations recomputed in the backward pass.
 
-    ``jax.checkpoint`` of a pure function of the layer's split state rather than
-    ``nnx.remat``: NNX's lifted transform refuses a module whose parameters were made at
-    another trace level (a model merged inside the sampler's ``lax.while_loop``, or
-    inside a caller's ``jit``), and the pure form needs no such bookkeeping.
+    The forward pass keeps only the layer's inputs. The backward pass recomputes the
+    layer once the gradient from the layer above has arrived: the recomputation reads
+    that gradient. ``jax.checkpoint`` alone (or an optimization barrier, which XLA drops
+    before its CPU scheduler runs) leaves the scheduler free to run every layer's
+    recomputation early, and XLA's CPU scheduler does: all of them are then alive at
+    once, as much memory as no remat at all (measured: 4.05 GiB against 4.24 without
+    remat, 1.25 GiB with this, for six 0.5B layers on 2 × 1,088 tokens).
+
+    A pure function of the layer's split state rather than ``nnx.remat``: NNX's lifted
+    transform refuses a module whose parameters were made at another trace level.
     """
     graphdef, state = nnx.split(layer)
+    return _remat_layer(graphdef, state, x, rope, mask)
 
-    def apply(state: nnx.State, x: jax.Array, rope: tuple, mask: jax.Array) -> jax.Array:
-        return nnx.merge(graphdef, state)(x, rope, mask, None, 0)[0]
 
-    return jax.checkpoint(apply)(state, x, rope, mask)
+def _apply_layer(graphdef: nnx.GraphDef, state: nnx.State, x: jax.Array, rope: tuple,
+                 mask: jax.Array) -> jax.Array:  # fmt: skip
+    return nnx.merge(graphdef, state)(x, rope, mask, None, 0)[0]
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _remat_layer(graphdef: nnx.GraphDef, state: nnx.State, x: jax.Array, rope: tuple,
+                 mask: jax.Array) -> jax.Array:  # fmt: skip
+    return _apply_layer(graphdef, state, x, rope, mask)
+
+
+def _remat_forward(graphdef: nnx.GraphDef, state: nnx.State, x: jax.Array, rope: tuple,
+                   mask: jax.Array) -> tuple[jax.Array, tuple]:  # fmt: skip
+    return _apply_layer(graphdef, state, x, rope, mask), (state, x, rope, mask)
+
+
+def _remat_backward(graphdef: nnx.GraphDef, inputs: tuple, grad: jax.Array) -> tuple:
+    state, x, rope, mask = inputs
+    # The recomputation reads the gradient: a data dependency that no compiler pass
+    # removes (optimization barriers are dropped before XLA's CPU scheduler runs).
+    x = x + (grad.reshape(-1)[0] * 0).astype(x.dtype)
+    _, pullback = jax.vjp(lambda s, h, r: _apply_layer(graphdef, s, h, r, mask), state, x, rope)
+    return (*pullback(grad), np.zeros(mask.shape, jax.dtypes.float0))
+
+
+_remat_layer.defvjp(_remat_forward, _remat_backward)

@@ -107,7 +107,9 @@ class Learner:
         # of a multi-host trainer can read them.
         replicated = NamedSharding(mesh, PartitionSpec()) if mesh is not None else None
         self._logprobs = jax.jit(self._token_logprobs, out_shardings=replicated)
-        self._add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b), donate_argnums=0)
+        # Later micro-batches add their gradient into the donated running sum inside the
+        # step: no second gradient-sized buffer (a separate add would need one).
+        self._micro_into = jax.jit(self._micro_step_into, donate_argnums=1)
         self._apply = jax.jit(self._apply_update, donate_argnums=(0, 1))
 
     # -- the public surface --
@@ -241,9 +243,13 @@ class Learner:
         extra = {"prox": prox, "reference": reference}
         for chunk in chunks:
             arrays = self._micro_arrays(step, chunk, size, extra)
-            g, metrics = self._micro(self.params, arrays, norms, jnp.int32(version))
+            if grads is None:
+                grads, metrics = self._micro(self.params, arrays, norms, jnp.int32(version))
+            else:
+                grads, metrics = self._micro_into(
+                    self.params, grads, arrays, norms, jnp.int32(version)
+                )
             self.step_flops += self._micro_flops(arrays, norms, version)
-            grads = g if grads is None else self._add(grads, g)
             parts.append(metrics)
         learning_rate = float(self.schedule(self.updates))
         self.params, self.opt_state, grad_norm = self._apply(self.params, self.opt_state, grads)
@@ -348,6 +354,12 @@ class Learner:
 
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
         return grads, metrics
+
+    def _micro_step_into(
+        self, params: nnx.State, grads: nnx.State, arrays: dict, norms: dict, version: jax.Array
+    ) -> tuple[nnx.State, dict]:
+        more, metrics = self._micro_step(params, arrays, norms, version)
+        return jax.tree.map(jnp.add, grads, more), metrics
 
     def _apply_update(
         self, params: nnx.State, opt_state: optax.OptState, grads: nnx.State
