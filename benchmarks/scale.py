@@ -3,8 +3,9 @@
 Each run is the embedded run of ``rlax train`` (trainer and one worker thread in one
 process, the inproc transport) on the quickstart's task and tokenizer with the
 ``qwen2_5_0_5b`` preset, 2 prompts × 4 samples, k = 0, ``model.remat`` on, two rows per
-micro-batch, no warm start, no evaluation, checkpoints every 2 steps. Full mode runs fp32 and bf16 at 256
-and 1,024 new tokens, 5 steps each; quick mode runs the one-layer test model. Each run
+micro-batch, no warm start, no evaluation, checkpoints every 2 steps. Full mode runs
+fp32 and bf16 at 256 and 1,024 new tokens, 5 steps each; quick mode runs the one-layer
+test model. Each run
 is a process of its own, its resident memory sampled from outside every 0.25 s (a PNG
 per run beside the results), and its metrics read from its ``metrics.jsonl``.
 ``RLAX_BENCH_SCALE_RUNS`` picks some of the full runs (``float32:1024,bfloat16:256``):
