@@ -39,6 +39,7 @@ from rlax_core.rl.roles.trainer_processes import TrainerProcesses
 from rlax_core.rl.roles.warm_start import warm_start
 from rlax_core.run_dir.checkpoints import CheckpointStore
 from rlax_core.run_dir.layout import prepare
+from rlax_core.transport.host_memory import return_freed_memory
 
 # The warm start draws its examples from a stream of its own, so the RL cursor (and an
 # exact resume) does not depend on it.
@@ -70,6 +71,7 @@ class TrainerRun:
         resume: bool,
         progress: bool = True,
     ) -> None:
+        return_freed_memory()  # or glibc keeps each step's freed buffers: RSS grows
         self.config = config
         self.run_dir = run_dir
         self.processes = TrainerProcesses()
