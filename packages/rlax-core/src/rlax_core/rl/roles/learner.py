@@ -110,6 +110,9 @@ class Learner:
         # Later micro-batches add their gradient into the donated running sum inside the
         # step: no second gradient-sized buffer (a separate add would need one).
         self._micro_into = jax.jit(self._micro_step_into, donate_argnums=1)
+        # Parameters and optimiser state are donated. Where a version in the parameter
+        # store is these very arrays (the embedded run on a CPU), JAX keeps them and the
+        # update writes new ones: the store, not a copy, holds the old version.
         self._apply = jax.jit(self._apply_update, donate_argnums=(0, 1))
 
     # -- the public surface --
