@@ -61,13 +61,18 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
-def _kill_after_step(process: subprocess.Popen, run_dir: Path, step: int) -> None:
+def _kill_after_step(process: subprocess.Popen, run_dir: Path, step: int, committed: int) -> None:
+    """SIGKILLs the trainer once it has logged ``step`` and committed checkpoint ``committed``
+    (checkpoints are written in the background: the kill must come after it)."""
     deadline = time.monotonic() + 600
+    checkpoint = run_dir / "checkpoints" / str(committed)  # Orbax renames it when complete
     while time.monotonic() < deadline:
         if process.poll() is not None:
             pytest.fail(f"the trainer ended before step {step}: {process.stderr.read()[-3000:]}")
-        if (run_dir / "metrics.jsonl").exists() and any(
-            row["step"] >= step for row in read_metrics(run_dir)
+        if (
+            (run_dir / "metrics.jsonl").exists()
+            and checkpoint.is_dir()
+            and any(row["step"] >= step for row in read_metrics(run_dir))
         ):
             os.kill(process.pid, signal.SIGKILL)
             process.wait()
@@ -83,7 +88,7 @@ def test_a_killed_trainer_gets_its_leased_rollouts_back_within_the_lease(tmp_pat
     worker = rlax("train", config, "--run-dir", run_dir, "--role", "worker", "--worker-id", "w0")
     trainer_args = ("train", config, "--run-dir", run_dir, "--role", "trainer", "--no-progress")
     try:
-        _kill_after_step(rlax(*trainer_args), run_dir, 3)  # checkpoint at 2: step 3 is held
+        _kill_after_step(rlax(*trainer_args), run_dir, 3, committed=2)  # step 3 is held
         restarted = rlax(*trainer_args)  # no --resume: a trainer role resumes by itself
         try:
             _, err = restarted.communicate(timeout=FINISH_TIMEOUT_S)

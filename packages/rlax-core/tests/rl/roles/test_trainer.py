@@ -171,6 +171,19 @@ def test_memory_stays_flat_across_steps(tmp_path: Path) -> None:
     assert all(w >= 0 for w in waits)
 
 
+def test_resuming_a_run_without_a_checkpoint_starts_it_over(tmp_path: Path) -> None:
+    """No checkpoint at step 0 and none due yet: a resumed run starts over, its metrics
+    from the first attempt dropped, and trains every step once."""
+    config = _config(tmp_path, k=0, steps=3, warm_start__steps=0, checkpoint__every_steps=100)
+    run_dir = tmp_path / "run"
+    _kill_after_step(_train(config, run_dir), run_dir, step=1)
+    assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()]
+    _finish(_train(config, run_dir, "--resume"))
+    assert [r["step"] for r in read_metrics(run_dir)] == [0, 1, 2, 3]
+    trained = _trained_ids(run_dir, 3)
+    assert len(trained) == len(set(trained)) == 3 * 4
+
+
 def test_sigkill_and_resume_keep_the_accounting_when_asynchronous(tmp_path: Path) -> None:
     """k = 2: no step lost, no rollout trained twice, staleness never above k."""
     config = _config(tmp_path, k=2, steps=8)

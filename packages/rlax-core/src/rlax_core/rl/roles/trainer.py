@@ -81,6 +81,10 @@ class TrainerRun:
             asynchronous=not self.processes.distributed,
         )
         resumed_from = self.checkpoints.latest_step() if resume else None
+        # Resuming a run that never committed a checkpoint starts it over: what it
+        # logged is dropped (-1: no step's metrics stand), and its rollouts, never
+        # acknowledged, come back to be trained again.
+        metrics_from = (-1 if resumed_from is None else resumed_from) if resume else None
         # Every process checks the run directory (so a bad one stops them all alike);
         # the leader writes it.
         prepare(
@@ -101,7 +105,7 @@ class TrainerRun:
                 raise RlaxError("the trainer's leader process needs the run's transport")
             leader = LeaderDuties(config, config_dir=config_dir, run_dir=run_dir,
                                   registry=registry, transport=transport, tokenizer=self.tokenizer,
-                                  resumed_from=resumed_from, progress=progress)  # fmt: skip
+                                  resumed_from=metrics_from, progress=progress)  # fmt: skip
         self.duties: TrainerDuties = leader or FollowerDuties()
         self.step = 0
         self.version = 0

@@ -114,7 +114,8 @@ class LeaderDuties(TrainerDuties):
         registry: the installed plugins (the judge).
         transport: the run's store and queues.
         tokenizer: encodes prompts and decodes completions for the judge.
-        resumed_from: the checkpoint step the run resumes from (None: a fresh run).
+        resumed_from: the checkpoint step the run resumes from; -1 when it resumes a run
+            that committed none (it starts over); None: a fresh run.
         progress: show the progress display.
     """
 
