@@ -68,7 +68,7 @@ def _median_time(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def _rlax(
+def rlax_times(
     model: Qwen, prompts: list[list[int]], new_tokens: int, repeats: int
 ) -> tuple[float, float]:
     sampler = Sampler(model)
@@ -191,7 +191,7 @@ def _weight_read_rates(matrices: list[jax.Array], batch: int) -> tuple[float, fl
     return nbytes / product_s, nbytes / sum_s
 
 
-def _record_weight_reads(bench: Bench, label: str, model: Qwen, batch: int,
+def record_weight_reads(bench: Bench, label: str, model: Qwen, batch: int,
                          decode_tokens_per_s: dict[str, float]) -> None:  # fmt: skip
     """Each engine's decode as the rate its steps read the weights, beside the ceilings."""
     matrices = _decode_matrices(model)
@@ -227,7 +227,7 @@ def _side_times(side: dict) -> tuple[float, float]:
     return side["results"][0]["prefill_s"], side["results"][0]["total_s"]
 
 
-def _rates(times: tuple[float, float], batch: int, prompt_len: int,
+def token_rates(times: tuple[float, float], batch: int, prompt_len: int,
            new_tokens: int) -> tuple[float, float]:  # fmt: skip
     """(prefill, decode) tokens/s from (seconds to the first token, seconds in all)."""
     prefill_s, total_s = times
@@ -236,8 +236,8 @@ def _rates(times: tuple[float, float], batch: int, prompt_len: int,
 
 def _record(bench: Bench, label: str, ours: tuple[float, float], theirs: tuple[float, float],
             baseline: str, batch: int, prompt_len: int, new_tokens: int) -> None:  # fmt: skip
-    o_pre, o_dec = _rates(ours, batch, prompt_len, new_tokens)
-    t_pre, t_dec = _rates(theirs, batch, prompt_len, new_tokens)
+    o_pre, o_dec = token_rates(ours, batch, prompt_len, new_tokens)
+    t_pre, t_dec = token_rates(theirs, batch, prompt_len, new_tokens)
     bench.record(f"{label} prefill", subject=o_pre, baseline=t_pre, unit="tokens/s",
                  higher_is_better=True, baseline_label=baseline)  # fmt: skip
     bench.record(f"{label} decode", subject=o_dec, baseline=t_dec, unit="tokens/s",
@@ -265,14 +265,14 @@ def run(bench: Bench) -> None:
                 # The baselines run between two timings of ours, averaged, so a busy
                 # moment of a shared machine lands on both sides alike.
                 job = {"batches": [batch], "prompt_len": prompt_len, "new_tokens": new_tokens}
-                before = _rlax(model, prompts, new_tokens, repeats)
+                before = rlax_times(model, prompts, new_tokens, repeats)
                 hf = tunix = None
                 if torch_python is not None:
                     hf = _side_engine(torch_python, _hf_reference, ["generate"], checkpoint, job)
                 if tunix_python is not None:
                     tunix = _side_engine(tunix_python, TUNIX_MODULE, [], checkpoint, job)
                 naive = _naive(model, prompts, new_tokens, repeats)
-                after = _rlax(model, prompts, new_tokens, repeats)
+                after = rlax_times(model, prompts, new_tokens, repeats)
                 ours = ((before[0] + after[0]) / 2, (before[1] + after[1]) / 2)
                 label = f"{name} batch {batch}"
                 _record(bench, label, ours, naive, "naive JAX, no KV cache", batch, prompt_len,
@@ -286,9 +286,9 @@ def run(bench: Bench) -> None:
                     engines = {"rlax": ours}
                     if hf is not None:
                         engines["transformers"] = _side_times(hf)
-                    rates = {e: _rates(t, batch, prompt_len, new_tokens)
+                    rates = {e: token_rates(t, batch, prompt_len, new_tokens)
                              for e, t in engines.items()}  # fmt: skip
                     _record_peak(bench, label, config, {e: r[0] for e, r in rates.items()},
                                  prompt_len)  # fmt: skip
-                    _record_weight_reads(bench, label, model, batch,
+                    record_weight_reads(bench, label, model, batch,
                                          {e: r[1] for e, r in rates.items()})  # fmt: skip

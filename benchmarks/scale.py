@@ -20,6 +20,9 @@ on a small machine each 1,024-token step takes minutes.
   recomputation included, over ``time/train_s``), beside the machine's fp32
   matrix-product rate measured in this process between the runs (the 0.5B MLP's
   up-projection shape, 2,048 rows);
+* the worker's decode at this size (8 rows, greedy, in this process after the runs) as
+  the rate its steps read the weights, beside the same matrices' products at M = 8
+  alone (see ``benchmarks.generate``);
 * the time per step, split into generation (the trainer waiting for rollouts at
   k = 0), training, and the rest (publishing, bookkeeping), in the notes.
 """
@@ -35,10 +38,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 import yaml
 
+from benchmarks import generate
 from rlax_core.bench import Bench
+from rlax_core.models import init_model
 from rlax_core.models.qwen.config import QwenConfig
 from rlax_core.run_dir.metrics import read_metrics
 from rlax_core.testing.run_configs import small_run_config
@@ -66,10 +72,49 @@ def _config(*, dtype: str, tokens: int, steps: int, quick: bool) -> dict[str, An
     return config
 
 
-def _parameter_bytes(config: dict[str, Any]) -> int:
+def _sizes(config: dict[str, Any]) -> QwenConfig:
+    """The model a run config describes."""
     model = config["model"]
     sizes = QwenConfig.preset(model["preset"]).replace(**model.get("overrides", {}))
-    return sizes.num_params() * (2 if model["dtype"] == "bfloat16" else 4)
+    return sizes.replace(param_dtype=model["dtype"], dtype=model["dtype"])
+
+
+def _parameter_bytes(config: dict[str, Any]) -> int:
+    sizes = _sizes(config)
+    return sizes.num_params() * (2 if sizes.param_dtype == "bfloat16" else 4)
+
+
+def _budget(config: dict[str, Any]) -> dict[str, int]:
+    """What each part of a run holds at its peak (the optimiser update), in bytes, from
+    the shapes (a prompt taken as 64 tokens).
+
+    The worker's policy and the parameter store's version are the trainer's arrays
+    themselves (one process, no copy), and the update writes the new parameters into
+    the gradients' buffers, so the old version the store still holds costs nothing more.
+    Activations are remat's: every layer's input for the micro-batch, and one layer's
+    attention scores (fp32) and MLP intermediates in its backward pass.
+    """
+    sizes = _sizes(config)
+    weight = 2 if sizes.param_dtype == "bfloat16" else 4
+    act = 2 if sizes.dtype == "bfloat16" else 4
+    rows = config["rollout"]["prompts_per_step"] * config["rollout"]["samples_per_prompt"]
+    length = 64 + config["rollout"]["max_new_tokens"]
+    micro_rows = config["trainer"]["micro_batch_tokens"] // length
+    chunk = 512  # trainer.logits_chunk_tokens
+    kv = sizes.num_layers * 2 * rows * length * sizes.num_kv_heads * sizes.head_dim * act
+    layer_inputs = sizes.num_layers * micro_rows * length * sizes.hidden_size * act
+    one_layer = micro_rows * (sizes.num_heads * length**2 * 4
+                              + 3 * length * sizes.intermediate_size * act)  # fmt: skip
+    return {
+        "parameters": sizes.num_params() * weight,
+        "gradients": sizes.num_params() * weight,
+        "adamw_moments": 2 * sizes.num_params() * weight,
+        "worker_policy": 0,
+        "parameter_store_versions": 0,
+        "kv_cache": kv,
+        "activations": layer_inputs + one_layer,
+        "logits": 2 * chunk * sizes.vocab_size * 4,  # a chunk's values and their gradient
+    }
 
 
 def _train(config: dict[str, Any], folder: Path, samples: list[tuple[float, int]]) -> list[dict]:
@@ -116,6 +161,19 @@ def _matmul_rate() -> float:
         product(x, w).block_until_ready()
         best = min(best, time.perf_counter() - started)
     return 2 * 2048 * 896 * 4864 / best
+
+
+def _record_decode(bench: Bench, config: dict[str, Any], *, quick: bool) -> None:
+    """The worker's decode for a run's model, as the rate its steps read the weights."""
+    sizes = _sizes(config)
+    model = init_model(sizes, seed=0)
+    batch, prompt_len, new_tokens = 8, 64, 9 if quick else 33
+    rng = np.random.default_rng(0)
+    prompts = rng.integers(0, sizes.vocab_size, (batch, prompt_len)).tolist()
+    times = generate.rlax_times(model, prompts, new_tokens, repeats=2)
+    decode = generate.token_rates(times, batch, prompt_len, new_tokens)[1]
+    label = f"{config['model']['preset']} {sizes.param_dtype} batch {batch}"
+    generate.record_weight_reads(bench, label, model, batch, {"rlax": decode})
 
 
 def _plot(samples: list[tuple[float, int]], title: str, out: Path) -> None:
@@ -193,6 +251,7 @@ def run(bench: Bench) -> None:
         training = sum(r["time/train_s"] for r in steady) / len(steady)
         bench.notes[label] = {
             "parameter_bytes": parameter_bytes,
+            "budget_bytes": _budget(config),
             "peak_rss_bytes": peak,
             "rss_gib_by_step": curve["rss_gib"],
             "arrays_gib_by_step": curve["arrays_gib"],
@@ -203,6 +262,8 @@ def run(bench: Bench) -> None:
             "logprob_gap_max": gaps[(dtype, tokens)],
             "rss_png": str(png),
         }  # fmt: skip
+    for dtype in sorted({d for d, _ in runs}):
+        _record_decode(bench, _config(dtype=dtype, tokens=1, steps=1, quick=quick), quick=quick)
     for tokens in sorted({t for _, t in runs}):
         if ("bfloat16", tokens) in gaps:
             fp32 = gaps.get(("float32", tokens))

@@ -115,10 +115,14 @@ def test_the_scale_suite_runs_quickly(tmp_path: Path) -> None:
     """`rlax bench scale --quick`: fp32 and bf16 runs of the test model, memory from outside."""
     report = _quick_report("scale", tmp_path)
     names = [r["name"] for r in report["results"]]
-    assert names[-1] == "bf16 logprob gap, 16 tokens" and len(names) == 9
+    assert names[-1] == "bf16 logprob gap, 16 tokens" and len(names) == 13
+    for dtype in ("float32", "bfloat16"):  # the decode's weight reads, beside their ceiling
+        assert f"tiny {dtype} batch 8 decode weight reads vs the same products alone" in names
     for label in ("float32 16 tokens", "bfloat16 16 tokens"):
         notes = report["notes"][label]
         assert notes["peak_rss_bytes"] > notes["parameter_bytes"] > 0
+        budget = notes["budget_bytes"]
+        assert budget["adamw_moments"] == 2 * budget["parameters"] > 0 < budget["kv_cache"]
         assert len(notes["rss_gib_by_step"]) == 4
         assert Path(notes["rss_png"]).stat().st_size > 5_000
     gap = {r["name"]: r for r in report["results"]}["bf16 logprob gap, 16 tokens"]

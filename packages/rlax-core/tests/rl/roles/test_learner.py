@@ -12,6 +12,7 @@ from rlax_core.config.sections import AlgorithmSection, MeshSection, TrainerSect
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.models import MeshShape, QwenConfig, flat_params, init_model, replace_params
 from rlax_core.models.logprobs import teacher_forced_logprobs
+from rlax_core.models.params import params_by_name
 from rlax_core.rl.algorithms.batch import TrainBatch, build_batch, loss_positions
 from rlax_core.rl.algorithms.model_rows import choose_rows
 from rlax_core.rl.roles.learner import Learner
@@ -221,3 +222,29 @@ def test_the_step_counts_its_flops_by_xla_cost_analysis(batch: TrainBatch) -> No
     trained = batch.num_loss_tokens
     assert whole.step_flops > 6 * params * trained
     assert micro.step_flops == pytest.approx(whole.step_flops, rel=0.5)
+
+
+def test_the_update_writes_the_new_parameters_into_the_gradients(batch: TrainBatch) -> None:
+    """The update needs no parameter-sized buffer of its own: the gradients' buffers
+    become the new parameters, and the old parameters stay intact (in the embedded run a
+    version in the parameter store is those very arrays)."""
+    learner = Learner(_model(), trainer=TrainerSection(learning_rate=1e-2),
+                      algorithm=AlgorithmSection(), temperature=1.0, max_new_tokens=6)  # fmt: skip
+    old = {name: np.asarray(a) for name, a in learner.flat_params().items()}  # views, on a CPU
+    before = {name: a.copy() for name, a in old.items()}
+    gradient_buffers: dict[str, int] = {}
+    apply = learner._apply
+
+    def spy(grads, *args):
+        for name, array in params_by_name(grads).items():
+            gradient_buffers[name] = array.unsafe_buffer_pointer()
+        return apply(grads, *args)
+
+    learner._apply = spy
+    learner.train_step(batch, version=7)
+    new = {name: a.unsafe_buffer_pointer() for name, a in learner.flat_params().items()}
+    assert new == gradient_buffers
+    moved = [name for name, a in learner.flat_params().items() if not np.array_equal(a, before[name])]
+    assert moved, "the update changed nothing"
+    for name, view in old.items():
+        np.testing.assert_array_equal(view, before[name], err_msg=name)

@@ -110,9 +110,11 @@ class Learner:
         # Later micro-batches add their gradient into the donated running sum inside the
         # step: no second gradient-sized buffer (a separate add would need one).
         self._micro_into = jax.jit(self._micro_step_into, donate_argnums=1)
-        # Parameters and optimiser state are donated. Where a version in the parameter
-        # store is these very arrays (the embedded run on a CPU), JAX keeps them and the
-        # update writes new ones: the store, not a copy, holds the old version.
+        # The gradients and the optimiser state are donated: the new parameters are
+        # written into the gradients' buffers, and the old ones stay valid. A version in
+        # the parameter store may be those very arrays (the embedded run on a CPU
+        # publishes them without a copy), so the update needs no parameter-sized buffer of
+        # its own whether or not something else still holds the old parameters.
         self._apply = jax.jit(self._apply_update, donate_argnums=(0, 1))
 
     # -- the public surface --
@@ -255,7 +257,7 @@ class Learner:
             self.step_flops += self._micro_flops(arrays, norms, version)
             parts.append(metrics)
         learning_rate = float(self.schedule(self.updates))
-        self.params, self.opt_state, grad_norm = self._apply(self.params, self.opt_state, grads)
+        self.params, self.opt_state, grad_norm = self._apply(grads, self.opt_state, self.params)
         self.updates += 1
         metrics = _combine(jax.device_get(parts), mean=False)
         metrics["grad_norm"] = float(grad_norm)
@@ -365,7 +367,7 @@ class Learner:
         return jax.tree.map(jnp.add, grads, more), metrics
 
     def _apply_update(
-        self, params: nnx.State, opt_state: optax.OptState, grads: nnx.State
+        self, grads: nnx.State, opt_state: optax.OptState, params: nnx.State
     ) -> tuple[nnx.State, optax.OptState, jax.Array]:
         updates, opt_state = self.tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, optax.tree.norm(grads)

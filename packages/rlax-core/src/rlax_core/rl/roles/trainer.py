@@ -197,7 +197,7 @@ class TrainerRun:
             groups, advantage=algorithm.advantage, overlong_filter=algorithm.overlong_filter
         )
         metrics.update(self.duties.batch_metrics(groups, self.version))
-        # The update donates the parameters a checkpoint may still be copying.
+        # The update donates the optimiser state a checkpoint may still be copying.
         checkpoint_wait = self.checkpoints.ready()
         train_started = time.monotonic()
         metrics.update(self.learner.train_step(batch, self.version))
