@@ -80,6 +80,21 @@ def truncate(log_probs: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Ar
     return jax.lax.cond((top_k > 0) | (top_p < 1.0), apply, lambda lp: lp, log_probs)
 
 
+def draws(seeds: jax.Array, indices: jax.Array) -> jax.Array:
+    """The uniform draw in [0, 1) for token ``indices`` of the samples seeded ``seeds``.
+
+    A function of the seed and the token's index alone (broadcast over both): where a
+    sample sits in a batch, which engine runs it, or when, changes none of its draws.
+    """
+
+    def one(seed: jax.Array, index: jax.Array) -> jax.Array:
+        return jax.random.uniform(jax.random.fold_in(jax.random.key(seed), index))
+
+    seeds, indices = jnp.broadcast_arrays(seeds, indices)
+    flat = jax.vmap(one)(seeds.reshape(-1), indices.reshape(-1))
+    return flat.reshape(seeds.shape)
+
+
 _BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF
 
 

@@ -20,7 +20,7 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlax_core.generate.buckets import buckets_up_to
-from rlax_core.generate.next_token import SamplingParams, choose
+from rlax_core.generate.next_token import SamplingParams, choose, draws
 from rlax_core.models.logprobs import teacher_forced_logprobs
 from rlax_core.models.params import with_params
 from rlax_core.models.qwen import KVCache, Qwen
@@ -79,6 +79,27 @@ class _SamplingState:
     # Static: part of the compiled shape (one compile per bucket), not traced values.
     prompt_len: int = struct.field(pytree_node=False)
     max_new_tokens: int = struct.field(pytree_node=False)
+
+
+def check_request(
+    prompts: Sequence[Sequence[int]], params: SamplingParams, samples_per_prompt: int
+) -> None:
+    """Raises ValueError, naming what is wrong, for a generation request no engine takes."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("generate needs at least one prompt, each with at least one token")
+    if samples_per_prompt < 1:
+        raise ValueError(f"samples_per_prompt must be at least 1, got {samples_per_prompt}")
+    if len(params.stop_token_ids) > MAX_STOP_TOKENS:
+        raise ValueError(f"at most {MAX_STOP_TOKENS} stop tokens, got {len(params.stop_token_ids)}")
+
+
+def completion_seeds(seed: int | Sequence[int], n: int) -> np.ndarray:
+    """The seeds of ``n`` completions (uint32): derived from one seed, or given, one each."""
+    if isinstance(seed, int):
+        return np.random.SeedSequence(seed).generate_state(n).astype(np.uint32)
+    if len(seed) != n:
+        raise ValueError(f"got {len(seed)} seeds for {n} prompts")
+    return (np.asarray(seed, np.uint64) & 0xFFFFFFFF).astype(np.uint32)
 
 
 class Sampler:
@@ -170,14 +191,7 @@ class Sampler:
                 prompt is prefilled once and its KV cache shared by its samples, which
                 then equal those of the prompt repeated with the same seeds.
         """
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise ValueError("generate needs at least one prompt, each with at least one token")
-        if samples_per_prompt < 1:
-            raise ValueError(f"samples_per_prompt must be at least 1, got {samples_per_prompt}")
-        if len(params.stop_token_ids) > MAX_STOP_TOKENS:
-            raise ValueError(
-                f"at most {MAX_STOP_TOKENS} stop tokens, got {len(params.stop_token_ids)}"
-            )
+        check_request(prompts, params, samples_per_prompt)
         batch, prompt_len = self.bucket_shape(len(prompts), max(len(p) for p in prompts))
         tokens = np.full((batch, prompt_len), self._pad, np.int32)
         valid = np.zeros((batch, prompt_len), bool)
@@ -252,14 +266,8 @@ class Sampler:
 
     @staticmethod
     def _row_seeds(seed: int | Sequence[int], batch: int, n: int) -> np.ndarray:
-        if isinstance(seed, int):
-            rows = np.random.SeedSequence(seed).generate_state(n)
-        else:
-            if len(seed) != n:
-                raise ValueError(f"got {len(seed)} seeds for {n} prompts")
-            rows = np.asarray(seed, np.uint64) & 0xFFFFFFFF
         out = np.zeros(batch, np.uint32)
-        out[:n] = rows
+        out[:n] = completion_seeds(seed, n)
         return out
 
     def _generate_impl(
@@ -304,12 +312,9 @@ class Sampler:
 
             cache = [(self._constrain(share(k)), self._constrain(share(v))) for k, v in cache]
             logits, cache_valid, next_position = map(share, (logits, cache_valid, next_position))
-        # Every draw of the run at once, one row of uniforms per sequence from its own
-        # seed: a row's samples do not depend on the rest of the batch, and the loop
-        # derives no keys.
-        uniforms = jax.vmap(lambda s: jax.random.uniform(jax.random.key(s), (max_new_tokens,)))(
-            seeds
-        )
+        # Every draw of the run at once, one row per sequence from its own seed: a row's
+        # samples do not depend on the rest of the batch, and the loop derives no keys.
+        uniforms = draws(seeds[:, None], jnp.arange(max_new_tokens)[None, :])
 
         def sample_and_advance(s: _SamplingState) -> _SamplingState:
             # One token per row from the current logits, then (unless this was the last

@@ -133,13 +133,8 @@ class Attention(nnx.Module):
             The output and the updated cache (None without one).
         """
         c = self.config
-        b, t, _ = x.shape
-        q = self.q_proj(x).reshape(b, t, c.num_heads, c.head_dim)
-        k = self.k_proj(x).reshape(b, t, c.num_kv_heads, c.head_dim)
-        v = self.v_proj(x).reshape(b, t, c.num_kv_heads, c.head_dim)
-        if c.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        t = x.shape[1]
+        q, k, v = self.project(x, rope)
         keys = "bskd"  # without a cache: the input's own keys and values, as projected
         if cache is not None:
             # A cache holds them heads-first, (batch, kv_heads, slots, head_dim): a decode
@@ -157,8 +152,6 @@ class Attention(nnx.Module):
                 # not to a whole cache sized for the generation budget.
                 end = cache_index + t
                 k, v, mask = k[:, :, :end], v[:, :, :end], mask[..., :end]
-        groups = c.num_heads // c.num_kv_heads
-        q = q.reshape(b, t, c.num_kv_heads, groups, c.head_dim)
         k, v = k.astype(q.dtype), v.astype(q.dtype)
         if t == 1 and cache is not None:
             filled = cache_index + 1  # a decode step: the slots up to its own
@@ -174,7 +167,32 @@ class Attention(nnx.Module):
             scores = jnp.where(mask[:, None, None, :, :], scores * c.head_dim**-0.5, _MASKED)
             probs = jax.nn.softmax(scores, axis=-1)
             out = jnp.einsum(f"bkgts,{keys}->btkgd", probs, v.astype(f32)).astype(q.dtype)
-        return self.o_proj(out.reshape(b, t, c.num_heads * c.head_dim)), cache
+        return self.output(out), cache
+
+    def project(
+        self, x: jax.Array, rope: tuple[jax.Array, jax.Array]
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Queries, keys and values of ``x`` (batch, length, hidden), rotated.
+
+        Returns:
+            q of shape (batch, length, kv_heads, groups, head_dim) (the query heads that
+            share a key head side by side), k and v of (batch, length, kv_heads, head_dim).
+        """
+        c = self.config
+        b, t, _ = x.shape
+        q = self.q_proj(x).reshape(b, t, c.num_heads, c.head_dim)
+        k = self.k_proj(x).reshape(b, t, c.num_kv_heads, c.head_dim)
+        v = self.v_proj(x).reshape(b, t, c.num_kv_heads, c.head_dim)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        groups = c.num_heads // c.num_kv_heads
+        return q.reshape(b, t, c.num_kv_heads, groups, c.head_dim), k, v
+
+    def output(self, attended: jax.Array) -> jax.Array:
+        """The output projection of attended values (batch, length, kv_heads, groups, dim)."""
+        b, t = attended.shape[:2]
+        return self.o_proj(attended.reshape(b, t, -1))
 
 
 def _heads_first(x: jax.Array, dtype: jnp.dtype) -> jax.Array:

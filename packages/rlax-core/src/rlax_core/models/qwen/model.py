@@ -63,8 +63,12 @@ class DecoderLayer(nnx.Module):
         cache_index: jax.Array | int,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         attn, cache = self.self_attn(self.input_layernorm(x), rope, mask, cache, cache_index)
+        return self.finish(x, attn), cache
+
+    def finish(self, x: jax.Array, attn: jax.Array) -> jax.Array:
+        """The layer's output from its input and its attention block's output."""
         x = x + attn
-        return x + self.mlp(self.post_attention_layernorm(x)), cache
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class QwenModel(nnx.Module):

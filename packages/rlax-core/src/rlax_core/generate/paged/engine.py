@@ -1,0 +1,246 @@
+"""The rollout engine: continuous batching over a paged KV cache, in JAX.
+
+A fixed number of decode slots run one jitted step at a time: every occupied slot feeds
+its sequence's newest token and samples the next, and one chunk of a prompt is
+prefilled beside them. A sequence that finishes frees its slot (and its KV blocks) for
+the next one at the next step, so long and short completions share the machine without
+a batch waiting for its longest row. :mod:`rlax_core.generate.paged.scheduler` decides
+each step's work; this module turns it into arrays and runs it.
+
+Shapes are static: a step compiles once per prefill-chunk bucket (a power of two up to
+``prefill_chunk``, or none), however the requests vary. Keys and values live in one
+pool of blocks per layer, so memory follows the tokens in flight, not slots × the
+longest sequence.
+
+The sampler's contract holds: behaviour and untruncated policy log-probabilities per
+token, equal to the trainer's teacher-forced ones within 1e-5 in fp32, and a completion
+that depends only on the weights, its prompt and its seed (the draws are
+:func:`rlax_core.generate.next_token.draws` of the seed and the token's index).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rlax_core.generate.next_token import SamplingParams, choose, draws
+from rlax_core.generate.paged.attention import PagedAttention, paged_attention
+from rlax_core.generate.paged.blocks import SCRATCH_BLOCK, BlockPool
+from rlax_core.generate.paged.scheduler import Request, Sample, Scheduler, StepPlan
+from rlax_core.generate.sampler import Completions, check_request, completion_seeds
+from rlax_core.models.params import with_params
+from rlax_core.models.qwen import Qwen
+from rlax_core.models.qwen.layers import rope_tables
+
+MIN_CHUNK = 8  # the smallest prefill-chunk bucket
+
+
+class Engine:
+    """Generates from a Qwen model with continuous batching; weights swap without
+    recompiling.
+
+    Args:
+        model: the model whose structure (and initial weights) to sample from.
+        slots: sequences decoding at once.
+        block_size: token positions per KV block.
+        max_sequence_tokens: the longest sequence (prompt and completion) it takes.
+        kv_tokens: token positions the KV pool holds across all sequences (default:
+            every slot at ``max_sequence_tokens``, which never preempts); less memory
+            means admission waits and preemptions when many long sequences meet.
+        prefill_chunk: the most prompt positions prefilled in one step.
+        pad_token_id: the token fed to idle slots.
+        attention: the paged attention (a kernel may replace the JAX one).
+    """
+
+    def __init__(
+        self,
+        model: Qwen,
+        *,
+        slots: int = 16,
+        block_size: int = 16,
+        max_sequence_tokens: int = 4096,
+        kv_tokens: int | None = None,
+        prefill_chunk: int = 128,
+        pad_token_id: int = 0,
+        attention: PagedAttention = paged_attention,
+    ) -> None:
+        self.config = model.config
+        self._graphdef, self._state = nnx.split(model)
+        self.slots = slots
+        self.block_size = block_size
+        self.max_blocks = -(-max_sequence_tokens // block_size)
+        kv_tokens = slots * max_sequence_tokens if kv_tokens is None else kv_tokens
+        self.pool = BlockPool(-(-kv_tokens // block_size) + 1, block_size)  # + the scratch block
+        self.prefill_chunk = 1 << max(0, (prefill_chunk - 1).bit_length())
+        self.scheduler = Scheduler(slots=slots, pool=self.pool, prefill_chunk=self.prefill_chunk,
+                                   max_blocks_per_sequence=self.max_blocks)  # fmt: skip
+        self._pad = pad_token_id
+        self._attention = attention
+        c = self.config
+        shape = (self.pool.num_blocks, c.num_kv_heads, block_size, c.head_dim)
+        self._kv = [(jnp.zeros(shape, c.dtype), jnp.zeros(shape, c.dtype))
+                    for _ in range(c.num_layers)]  # fmt: skip
+        self._traces = 0
+        self._step = jax.jit(self._step_impl, donate_argnums=1)
+
+    @property
+    def compilations(self) -> int:
+        """How many times the step function has been traced (≈ compiled)."""
+        return self._traces
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of the KV pool (every layer's keys and values)."""
+        return sum(k.nbytes + v.nbytes for k, v in self._kv)
+
+    def set_model(self, model: Qwen) -> None:
+        """Samples from ``model``'s weights from now on (same config)."""
+        graphdef, state = nnx.split(model)
+        if graphdef != self._graphdef:
+            raise ValueError("set_model needs a model with the engine's structure")
+        self._state = state
+
+    def set_params(
+        self, params: Mapping[str, np.ndarray | jax.Array], *, in_place: bool = False
+    ) -> None:
+        """Samples with these weights (name → array); see :meth:`Sampler.set_params`."""
+        self._state = with_params(self._state, params, in_place=in_place)
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        seed: int | Sequence[int],
+        samples_per_prompt: int = 1,
+    ) -> Completions:
+        """Samples ``samples_per_prompt`` completions per prompt, as
+        :meth:`rlax_core.generate.Sampler.generate` does (the same arguments and result).
+
+        Raises:
+            ValueError: a bad request, or one longer than ``max_sequence_tokens``.
+            RuntimeError: the engine is busy with requests of another call.
+        """
+        check_request(prompts, params, samples_per_prompt)
+        if not self.scheduler.idle:
+            raise RuntimeError("the engine is still running other requests")
+        seeds = completion_seeds(seed, len(prompts) * samples_per_prompt)
+        requests = [
+            Request(i, tuple(int(t) for t in prompt),
+                    tuple(int(s) for s in seeds[i * samples_per_prompt :][:samples_per_prompt]),
+                    params.max_new_tokens, frozenset(params.stop_token_ids))
+            for i, prompt in enumerate(prompts)
+        ]  # fmt: skip
+        for request in requests:  # all of them, before any is queued
+            self.scheduler.check(request)
+        for request in requests:
+            self.scheduler.add(request)
+        knobs = (np.float32(params.temperature), np.int32(params.top_k), np.float32(params.top_p))
+        done: dict[int, list[Sample]] = {}
+        while len(done) < len(requests):
+            plan = self.scheduler.plan()
+            for request, samples in self.scheduler.commit(plan, self.run(plan, knobs)):
+                done[request.request_id] = samples
+        ordered = [sample for i in range(len(requests)) for sample in done[i]]
+        return Completions(
+            tokens=[s.tokens for s in ordered],
+            behaviour_logprobs=[s.behaviour_logprobs for s in ordered],
+            policy_logprobs=[s.policy_logprobs for s in ordered],
+            finish_reasons=[s.finish_reason or "length" for s in ordered],
+        )
+
+    def run(self, plan: StepPlan, knobs: tuple) -> list[tuple[int, float, float]]:
+        """Runs one planned step; returns (token, behaviour, policy log-prob) per decode row.
+
+        Args:
+            knobs: (temperature, top_k, top_p) as NumPy scalars.
+        """
+        slots, size = self.slots, self.block_size
+        chunk = 0
+        if plan.prefill is not None:
+            chunk = max(MIN_CHUNK, 1 << (len(plan.prefill.tokens) - 1).bit_length())
+        tokens = np.full(slots + chunk, self._pad, np.int32)
+        positions = np.full(slots + chunk, -1, np.int32)
+        write_blocks = np.full(slots + chunk, SCRATCH_BLOCK, np.int32)
+        write_offsets = np.zeros(slots + chunk, np.int32)
+        decode_tables = np.full((slots, self.max_blocks), SCRATCH_BLOCK, np.int32)
+        seeds = np.zeros(slots, np.uint32)
+        indices = np.zeros(slots, np.int32)
+        for row in plan.decode:
+            i = row.slot
+            tokens[i], positions[i] = row.token, row.position
+            decode_tables[i, : len(row.blocks)] = row.blocks
+            write_blocks[i] = row.blocks[row.position // size]
+            write_offsets[i] = row.position % size
+            seeds[i], indices[i] = row.sample.seed, len(row.sample.tokens)
+        chunk_table = np.full((1, self.max_blocks), SCRATCH_BLOCK, np.int32)
+        if plan.prefill is not None:
+            prefill, n = plan.prefill, len(plan.prefill.tokens)
+            at = prefill.start + np.arange(n)
+            tokens[slots : slots + n] = prefill.tokens
+            positions[slots : slots + n] = at
+            chunk_table[0, : len(prefill.blocks)] = prefill.blocks
+            write_blocks[slots : slots + n] = np.asarray(prefill.blocks)[at // size]
+            write_offsets[slots : slots + n] = at % size
+        copies = np.full((slots, 2), SCRATCH_BLOCK, np.int32)
+        if plan.copies:
+            copies[: len(plan.copies)] = plan.copies
+        self._kv, *out = self._step(
+            self._state, self._kv, tokens, positions, write_blocks, write_offsets,
+            decode_tables, chunk_table, copies, seeds, indices, *knobs,
+        )  # fmt: skip
+        sampled, behaviour, policy = jax.device_get(out)
+        return [(sampled[r.slot], behaviour[r.slot], policy[r.slot]) for r in plan.decode]
+
+    def _step_impl(
+        self,
+        state: nnx.State,
+        kv: list[tuple[jax.Array, jax.Array]],
+        tokens: jax.Array,
+        positions: jax.Array,
+        write_blocks: jax.Array,
+        write_offsets: jax.Array,
+        decode_tables: jax.Array,
+        chunk_table: jax.Array,
+        copies: jax.Array,
+        seeds: jax.Array,
+        indices: jax.Array,
+        temperature: jax.Array,
+        top_k: jax.Array,
+        top_p: jax.Array,
+    ) -> tuple:
+        """One step: block copies, then every token's keys written and attended to;
+        the decode rows' next tokens sampled."""
+        self._traces += 1  # runs once per trace: counts compilations
+        model = nnx.merge(self._graphdef, state)
+        c = self.config
+        slots = decode_tables.shape[0]
+        chunk = tokens.shape[0] - slots
+        scale = c.head_dim**-0.5
+        source, destination = copies[:, 0], copies[:, 1]
+        kv = [(k.at[destination].set(k[source]), v.at[destination].set(v[source])) for k, v in kv]
+        rope = rope_tables(jnp.maximum(positions, 0)[None], c.head_dim, c.rope_theta)
+        x = model.model.embed_tokens(tokens[None])
+        written = []
+        for layer, (k_pool, v_pool) in zip(model.model.layers, kv, strict=True):
+            attention = layer.self_attn
+            q, k, v = attention.project(layer.input_layernorm(x), rope)
+            k_pool = k_pool.at[write_blocks, :, write_offsets].set(k[0].astype(k_pool.dtype))
+            v_pool = v_pool.at[write_blocks, :, write_offsets].set(v[0].astype(v_pool.dtype))
+            attended = self._attention(
+                q[0, :slots, None], k_pool, v_pool, decode_tables, positions[:slots, None], scale
+            )[:, 0]
+            if chunk:
+                prefilled = self._attention(
+                    q[:, slots:], k_pool, v_pool, chunk_table, positions[None, slots:], scale
+                )[0]
+                attended = jnp.concatenate([attended, prefilled], axis=0)
+            x = layer.finish(x, attention.output(attended[None]))
+            written.append((k_pool, v_pool))
+        logits = model.logits_from_hidden(model.model.norm(x[:, :slots]))[0]
+        token, behaviour, policy = choose(logits, draws(seeds, indices), temperature, top_k, top_p)
+        return written, token, behaviour, policy

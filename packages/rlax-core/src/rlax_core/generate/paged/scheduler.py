@@ -1,0 +1,438 @@
+"""Continuous batching over a paged KV cache: what each engine step computes.
+
+The engine has a fixed number of decode slots. Each step feeds every occupied slot its
+sequence's newest token (one decode position each) and, beside them, one chunk of at
+most ``prefill_chunk`` positions of a prompt being prefilled, so a long prompt never
+stalls the running sequences for its whole length. A sequence that finishes frees its
+slot for the next one at the next step.
+
+Every sequence is in one shape: its history (prompt, then the tokens sampled so far),
+keys and values computed for all but the last position, and that last token waiting to
+be fed. A prompt is prefilled once, up to its last token, and its samples share its
+full blocks (prefix sharing); each sample gets a private copy of a partly filled last
+block (copy on write), then starts by feeding the prompt's last token, which samples its
+first token. When a decode position needs a block and none is free, the youngest
+running sequence is preempted: its blocks go back to the pool, and it is prefilled
+again later from its history (recomputed), keeping the tokens it sampled. Admission
+waits while blocks are short. Both are counted.
+
+This module only keeps the books; :mod:`rlax_core.generate.paged.engine` turns a
+:class:`StepPlan` into arrays and runs it. A completion depends only on its request and
+its sample index (the engine draws its randomness from the sequence's seed and the
+token's index), never on its slot or on the other sequences in flight.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+from rlax_core.generate.paged.blocks import BlockPool
+
+
+@dataclass(frozen=True)
+class Request:
+    """A prompt and the samples to draw from it.
+
+    Attributes:
+        request_id: the caller's name for it (returned with its completions).
+        prompt: token ids (at least one).
+        seeds: one seed per sample.
+        max_new_tokens: the most tokens each sample generates.
+        stop_token_ids: tokens that end a sample (kept as its last token).
+    """
+
+    request_id: Hashable
+    prompt: tuple[int, ...]
+    seeds: tuple[int, ...]
+    max_new_tokens: int
+    stop_token_ids: frozenset[int] = frozenset()
+
+    def __post_init__(self) -> None:
+        if not self.prompt:
+            raise ValueError(f"request {self.request_id!r}: the prompt has no tokens")
+        if not self.seeds:
+            raise ValueError(f"request {self.request_id!r}: no seeds (one per sample)")
+        if self.max_new_tokens < 1:
+            raise ValueError(
+                f"request {self.request_id!r}: max_new_tokens must be at least 1, "
+                f"got {self.max_new_tokens}"
+            )
+
+
+@dataclass(eq=False)
+class Sample:
+    """One sequence: a request's sample, its history and where its keys live."""
+
+    request: Request
+    index: int
+    age: int  # order of first admission: the youngest running sample is preempted first
+    tokens: list[int] = field(default_factory=list)
+    behaviour_logprobs: list[float] = field(default_factory=list)
+    policy_logprobs: list[float] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
+    slot: int | None = None
+    finish_reason: str | None = None
+    preemptions: int = 0
+    group: _Group | None = None
+
+    @property
+    def seed(self) -> int:
+        return self.request.seeds[self.index]
+
+    @property
+    def history(self) -> tuple[int, ...]:
+        return (*self.request.prompt, *self.tokens)
+
+    @property
+    def position(self) -> int:
+        """The position of the token fed next (its keys are not computed yet)."""
+        return len(self.request.prompt) + len(self.tokens) - 1
+
+
+@dataclass(eq=False)
+class _Prefill:
+    """Positions ``[0, len(tokens))`` being computed into ``blocks``, a chunk a step."""
+
+    tokens: tuple[int, ...]
+    blocks: list[int]
+    owner: _Group | Sample
+    done: int = 0
+
+
+@dataclass(eq=False)
+class _Group:
+    """A prefilled prompt whose samples have not all started."""
+
+    request: Request
+    blocks: list[int]
+    started: int = 0
+    finished: list[Sample] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DecodeRow:
+    """One slot's work in a step: feed ``token`` at ``position``, sample the next."""
+
+    slot: int
+    sample: Sample
+    token: int
+    position: int
+    blocks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    """Positions ``[start, start + len(tokens))`` of one history, written into ``blocks``."""
+
+    tokens: tuple[int, ...]
+    start: int
+    blocks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One engine step: block copies first, then the decode rows and the prefill chunk."""
+
+    copies: tuple[tuple[int, int], ...]
+    decode: tuple[DecodeRow, ...]
+    prefill: PrefillChunk | None
+
+
+@dataclass
+class SchedulerStats:
+    """Counters of a scheduler's life."""
+
+    steps: int = 0
+    preemptions: int = 0
+    admission_waits: int = 0  # steps in which ready work waited for blocks
+    decoded_tokens: int = 0
+    prefilled_tokens: int = 0
+    busy_slot_steps: int = 0
+
+
+class Scheduler:
+    """Plans engine steps for requests, and takes back what each step sampled.
+
+    Args:
+        slots: decode slots (sequences decoding at once).
+        pool: the KV blocks.
+        prefill_chunk: the most prompt positions computed in one step.
+        max_blocks_per_sequence: the block table's length (the engine's static shape).
+    """
+
+    def __init__(
+        self, *, slots: int, pool: BlockPool, prefill_chunk: int, max_blocks_per_sequence: int
+    ) -> None:
+        if slots < 1 or prefill_chunk < 1 or max_blocks_per_sequence < 1:
+            raise ValueError("slots, prefill_chunk and max_blocks_per_sequence must be ≥ 1")
+        self.slots = slots
+        self.pool = pool
+        self.prefill_chunk = prefill_chunk
+        self.max_blocks = max_blocks_per_sequence
+        self.stats = SchedulerStats()
+        self._waiting: deque[Request] = deque()  # not prefilled yet
+        self._preempted: list[Sample] = []  # waiting to be prefilled again, oldest first
+        self._resumable: deque[Sample] = deque()  # prefilled again, waiting for a slot
+        self._ready: deque[_Group] = deque()  # prefilled, samples still to start
+        self._prefill: _Prefill | None = None
+        self._running: list[Sample | None] = [None] * slots
+        self._copies: list[tuple[int, int]] = []
+        self._ages = 0
+
+    # -- the caller's side --
+
+    def add(self, request: Request) -> None:
+        """Queues a request; its samples' completions come back from :meth:`commit`.
+
+        Raises:
+            ValueError: see :meth:`check`.
+        """
+        self.check(request)
+        self._waiting.append(request)
+
+    def check(self, request: Request) -> None:
+        """Raises ValueError if a sample of ``request`` could never fit the block table
+        or the pool (the message says which, and by how much)."""
+        # Keys are computed for every position but the last sampled token's.
+        longest = len(request.prompt) + request.max_new_tokens - 1
+        blocks = self.pool.blocks_for(longest)
+        if blocks > self.max_blocks:
+            raise ValueError(
+                f"request {request.request_id!r}: {len(request.prompt)} prompt tokens and "
+                f"{request.max_new_tokens} new ones need {blocks} blocks of "
+                f"{self.pool.block_size}; a sequence holds at most {self.max_blocks}"
+            )
+        if blocks + 1 > self.pool.capacity:
+            raise ValueError(
+                f"request {request.request_id!r} needs up to {blocks + 1} KV blocks; the pool "
+                f"has {self.pool.capacity}: make the pool larger"
+            )
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is queued, prefilling or running."""
+        return not (
+            self._waiting
+            or self._preempted
+            or self._resumable
+            or self._ready
+            or self._prefill
+            or any(self._running)
+        )
+
+    @property
+    def running(self) -> int:
+        return sum(s is not None for s in self._running)
+
+    @property
+    def tokens_in_flight(self) -> int:
+        """History tokens of every running sequence."""
+        return sum(s.position + 1 for s in self._running if s is not None)
+
+    def plan(self) -> StepPlan:
+        """The next step's work (call :meth:`commit` with what it sampled)."""
+        self._plan_decode()  # blocks for the running samples before new ones take any
+        waited = self._fill_slots()
+        decode = self._plan_decode()
+        prefill, blocked = self._plan_prefill()
+        waited |= blocked
+        copies, self._copies = tuple(self._copies), []
+        if waited:
+            self.stats.admission_waits += 1
+        if not decode and prefill is None and not self.idle:
+            raise RuntimeError(
+                "the scheduler can make no progress: every queued sequence waits for KV "
+                "blocks and nothing runs that could free them; make the pool larger"
+            )
+        self.stats.steps += 1
+        self.stats.busy_slot_steps += len(decode)
+        return StepPlan(copies=copies, decode=tuple(decode), prefill=prefill)
+
+    def commit(
+        self, plan: StepPlan, sampled: Sequence[tuple[int, float, float]]
+    ) -> list[tuple[Request, list[Sample]]]:
+        """Takes a step's samples (token, behaviour and policy log-probability per decode
+        row, in the plan's order); returns the requests whose samples have all finished."""
+        if len(sampled) != len(plan.decode):
+            raise ValueError(f"{len(plan.decode)} decode rows, {len(sampled)} samples")
+        finished: list[tuple[Request, list[Sample]]] = []
+        for row, (token, behaviour, policy) in zip(plan.decode, sampled, strict=True):
+            sample = row.sample
+            sample.tokens.append(int(token))
+            sample.behaviour_logprobs.append(float(behaviour))
+            sample.policy_logprobs.append(float(policy))
+            self.stats.decoded_tokens += 1
+            request = sample.request
+            if int(token) in request.stop_token_ids:
+                sample.finish_reason = "stop"
+            elif len(sample.tokens) == request.max_new_tokens:
+                sample.finish_reason = "length"
+            else:
+                continue
+            self._running[row.slot] = None
+            sample.slot = None
+            self.pool.release(sample.blocks)
+            sample.blocks = []
+            group = sample.group
+            assert group is not None
+            group.finished.append(sample)
+            if len(group.finished) == len(request.seeds):
+                finished.append((request, sorted(group.finished, key=lambda s: s.index)))
+        if plan.prefill is not None:
+            self._advance_prefill(len(plan.prefill.tokens))
+        return finished
+
+    # -- planning --
+
+    def _plan_decode(self) -> list[DecodeRow]:
+        """A row per running sample, each with a block for its position. While blocks
+        are short, a prefill in progress is given up first (it is the least work lost),
+        then the youngest running samples are preempted."""
+        for sample in sorted((s for s in self._running if s is not None), key=lambda s: s.age):
+            if sample.slot is None:  # preempted below, for an older sample
+                continue
+            while sample.position // self.pool.block_size >= len(sample.blocks):
+                block = self.pool.allocate(1)
+                if block is not None:
+                    sample.blocks.extend(block)
+                elif self._prefill is not None and self._prefill.blocks:
+                    self._abort_prefill()
+                else:
+                    running = (s for s in self._running if s is not None)
+                    self._preempt(max(running, key=lambda s: s.age))
+                    if sample.slot is None:
+                        break
+        return [
+            DecodeRow(slot, s, s.history[-1], s.position, tuple(s.blocks))
+            for slot, s in enumerate(self._running)
+            if s is not None
+        ]
+
+    def _preempt(self, sample: Sample) -> None:
+        self._running[sample.slot] = None
+        sample.slot = None
+        self.pool.release(sample.blocks)
+        sample.blocks = []
+        sample.preemptions += 1
+        self.stats.preemptions += 1
+        self._preempted.append(sample)
+        self._preempted.sort(key=lambda s: s.age)
+
+    def _fill_slots(self) -> bool:
+        """Starts waiting samples in free slots: resumed ones first, then new ones of
+        prefilled prompts. True if one waited for a block."""
+        for slot in range(self.slots):
+            if self._running[slot] is not None:
+                continue
+            if self._resumable:
+                self._start(self._resumable.popleft(), slot)
+                continue
+            if not self._ready:
+                break
+            group = self._ready[0]
+            sample = Sample(group.request, group.started, age=self._ages, group=group)
+            if not self._give_prompt_blocks(group, sample):
+                return True
+            self._ages += 1
+            group.started += 1
+            if group.started == len(group.request.seeds):
+                self._ready.popleft()
+                self.pool.release(group.blocks)  # the samples hold what they need
+            self._start(sample, slot)
+        return False
+
+    def _give_prompt_blocks(self, group: _Group, sample: Sample) -> bool:
+        """The prompt's blocks for a new sample: the full ones shared, a partly filled
+        last one copied. False (nothing taken) if no block is free for the copy."""
+        computed = len(group.request.prompt) - 1
+        full = computed // self.pool.block_size
+        shared = group.blocks[:full]
+        if computed % self.pool.block_size:
+            copy = self.pool.allocate(1)
+            if copy is None:
+                return False
+            self._copies.append((group.blocks[full], copy[0]))
+            self.pool.share(shared)
+            sample.blocks = [*shared, *copy]
+        else:
+            self.pool.share(shared)
+            sample.blocks = list(shared)
+        return True
+
+    def _start(self, sample: Sample, slot: int) -> None:
+        sample.slot = slot
+        self._running[slot] = sample
+
+    def _plan_prefill(self) -> tuple[PrefillChunk | None, bool]:
+        """The next chunk of the prefill in progress, starting one if none is. Returns
+        (chunk, whether a prefill waited for blocks)."""
+        if self._prefill is None and not self._start_prefill():
+            return None, False
+        prefill = self._prefill
+        assert prefill is not None
+        count = min(self.prefill_chunk, len(prefill.tokens) - prefill.done)
+        needed = self.pool.blocks_for(prefill.done + count) - len(prefill.blocks)
+        if needed > 0:
+            more = self.pool.allocate(needed)
+            if more is None:
+                return None, True
+            prefill.blocks.extend(more)
+        tokens = prefill.tokens[prefill.done : prefill.done + count]
+        self.stats.prefilled_tokens += count
+        return PrefillChunk(tokens, prefill.done, tuple(prefill.blocks)), False
+
+    def _wants_prefill(self) -> bool:
+        """Whether another prompt is worth prefilling now: its samples would find slots
+        soon (fewer samples are waiting to start than there are slots)."""
+        waiting = sum(len(g.request.seeds) - g.started for g in self._ready)
+        return waiting + len(self._resumable) < self.slots
+
+    def _start_prefill(self) -> bool:
+        """Starts the next prefill: a preempted sample's history first, else a new prompt
+        (when its samples would find slots soon). False if there is none to start."""
+        if self._preempted:
+            sample = self._preempted.pop(0)
+            owner: _Group | Sample = sample
+            tokens = sample.history[:-1]
+        elif self._waiting and self._wants_prefill():
+            request = self._waiting.popleft()
+            owner = _Group(request, [])
+            tokens = request.prompt[:-1]
+        else:
+            return False
+        self._prefill = _Prefill(tokens, [], owner)
+        if not tokens:  # a one-token prompt: nothing to prefill
+            self._finish_prefill()
+            return self._start_prefill()
+        return True
+
+    def _abort_prefill(self) -> None:
+        """Gives up the prefill in progress, its blocks back to the pool; it starts over
+        later, first in line."""
+        prefill, self._prefill = self._prefill, None
+        assert prefill is not None
+        self.pool.release(prefill.blocks)
+        if isinstance(prefill.owner, Sample):
+            self._preempted.insert(0, prefill.owner)
+        else:
+            self._waiting.appendleft(prefill.owner.request)
+
+    def _advance_prefill(self, count: int) -> None:
+        prefill = self._prefill
+        assert prefill is not None
+        prefill.done += count
+        if prefill.done == len(prefill.tokens):
+            self._finish_prefill()
+
+    def _finish_prefill(self) -> None:
+        prefill, self._prefill = self._prefill, None
+        assert prefill is not None
+        owner = prefill.owner
+        if isinstance(owner, Sample):
+            owner.blocks = prefill.blocks
+            self._resumable.append(owner)
+        else:
+            owner.blocks = prefill.blocks
+            self._ready.append(owner)

@@ -1,0 +1,193 @@
+"""Continuous batching's books: slots, chunked prefill, shared prompt blocks, preemption.
+
+The plans run on a KV pool that holds token ids where a real engine writes keys and
+values, and every "sampled" token is a function of the history read back through the
+sample's block table: a block written to the wrong place, a copy missed or a block freed
+too early changes the completion, which is compared with the same sample run alone.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rlax_core.generate.paged import SCRATCH_BLOCK, BlockPool, Request, Scheduler, StepPlan
+
+VOCAB = 50
+STOP = 7
+
+
+def _next_token(history: tuple[int, ...], seed: int, index: int) -> int:
+    mixed = hash((history, seed, index)) & 0xFFFFFFFF
+    return mixed % VOCAB
+
+
+def _alone(request: Request, sample: int) -> list[int]:
+    """The sample's completion with nothing else in flight and no paging."""
+    tokens: list[int] = []
+    while len(tokens) < request.max_new_tokens:
+        tokens.append(_next_token((*request.prompt, *tokens), request.seeds[sample], len(tokens)))
+        if tokens[-1] in request.stop_token_ids:
+            break
+    return tokens
+
+
+class _TokenPool:
+    """Runs step plans on a pool of token ids, checking what each decode row reads."""
+
+    def __init__(self, pool: BlockPool) -> None:
+        self.size = pool.block_size
+        self.blocks = [[None] * pool.block_size for _ in range(pool.num_blocks)]
+
+    def _write(self, table: tuple[int, ...], position: int, token: int) -> None:
+        block = table[position // self.size]
+        assert block != SCRATCH_BLOCK, "a real position was given the scratch block"
+        self.blocks[block][position % self.size] = token
+
+    def _read(self, table: tuple[int, ...], length: int) -> tuple[int, ...]:
+        return tuple(self.blocks[table[p // self.size]][p % self.size] for p in range(length))
+
+    def run(self, plan: StepPlan) -> list[tuple[int, float, float]]:
+        for source, destination in plan.copies:
+            self.blocks[destination] = list(self.blocks[source])
+        if plan.prefill is not None:
+            chunk = plan.prefill
+            for offset, token in enumerate(chunk.tokens):
+                self._write(chunk.blocks, chunk.start + offset, token)
+        sampled = []
+        for row in plan.decode:
+            self._write(row.blocks, row.position, row.token)
+            history = self._read(row.blocks, row.position + 1)
+            assert history == row.sample.history, "the block table reads another history"
+            token = _next_token(history, row.sample.seed, len(row.sample.tokens))
+            sampled.append((token, -1.0, -2.0))
+        return sampled
+
+
+def _run(scheduler: Scheduler, requests: list[Request]) -> tuple[dict, list[StepPlan]]:
+    for request in requests:
+        scheduler.add(request)
+    engine = _TokenPool(scheduler.pool)
+    done: dict = {}
+    plans = []
+    while not scheduler.idle:
+        plan = scheduler.plan()
+        plans.append(plan)
+        for request, samples in scheduler.commit(plan, engine.run(plan)):
+            done[request.request_id] = samples
+        assert len(plans) < 100_000, "the scheduler does not finish"
+    return done, plans
+
+
+def _requests(count: int, *, seed: int = 0, samples: int = 3) -> list[Request]:
+    rng = random.Random(seed)
+    return [
+        Request(
+            request_id=f"r{i}",
+            prompt=tuple(rng.randrange(VOCAB) for _ in range(rng.randint(1, 20))),
+            seeds=tuple(rng.randrange(1 << 30) for _ in range(samples)),
+            max_new_tokens=rng.randint(1, 30),
+            stop_token_ids=frozenset({STOP}),
+        )
+        for i in range(count)
+    ]
+
+
+def _scheduler(*, slots: int = 4, blocks: int = 200, chunk: int = 5) -> Scheduler:
+    return Scheduler(slots=slots, pool=BlockPool(blocks, 4), prefill_chunk=chunk,
+                     max_blocks_per_sequence=16)  # fmt: skip
+
+
+def _completions(done: dict) -> dict:
+    return {rid: [tuple(s.tokens) for s in samples] for rid, samples in done.items()}
+
+
+def test_every_sample_completes_as_it_would_alone() -> None:
+    requests = _requests(12)
+    scheduler = _scheduler()
+    done, _ = _run(scheduler, requests)
+    for request in requests:
+        samples = done[request.request_id]
+        assert [s.index for s in samples] == [0, 1, 2]
+        for sample in samples:
+            assert sample.tokens == _alone(request, sample.index)
+            assert sample.finish_reason == ("stop" if sample.tokens[-1] == STOP else "length")
+            assert len(sample.tokens) <= request.max_new_tokens
+            assert sample.behaviour_logprobs == [-1.0] * len(sample.tokens)
+            assert sample.policy_logprobs == [-2.0] * len(sample.tokens)
+    assert scheduler.pool.used == 0, "blocks leaked"
+    assert scheduler.stats.preemptions == 0
+
+
+def test_completions_do_not_depend_on_order_or_slots() -> None:
+    requests = _requests(10, seed=1)
+    reference = _completions(_run(_scheduler(slots=1), requests)[0])
+    shuffled = random.Random(2).sample(requests, len(requests))
+    for slots in (3, 8):
+        assert _completions(_run(_scheduler(slots=slots), shuffled)[0]) == reference
+
+
+def test_a_small_pool_preempts_and_recomputes() -> None:
+    requests = _requests(10, seed=3)
+    reference = _completions(_run(_scheduler(), requests)[0])
+    scheduler = _scheduler(slots=6, blocks=16)
+    done, _ = _run(scheduler, requests)
+    assert _completions(done) == reference
+    assert scheduler.stats.preemptions > 0
+    assert scheduler.stats.admission_waits > 0
+    assert sum(s.preemptions for samples in done.values() for s in samples) == (
+        scheduler.stats.preemptions
+    )
+    assert scheduler.pool.peak_used <= scheduler.pool.capacity
+    assert scheduler.pool.used == 0
+
+
+def test_the_samples_of_a_prompt_share_its_full_blocks() -> None:
+    # 15 prefilled positions in blocks of 4: three full blocks and one with 3 positions.
+    prompt = tuple(range(1, 17))
+    request = Request("shared", prompt, seeds=(1, 2, 3, 4), max_new_tokens=1)
+    scheduler = _scheduler()
+    done, plans = _run(scheduler, [request])
+    # The prompt's 4 blocks, and one copy of its last block per sample (not 4 × 4).
+    assert scheduler.pool.peak_used == 4 + 4
+    assert sum(len(p.copies) for p in plans) == 4
+    assert [s.tokens for s in done["shared"]] == [_alone(request, i) for i in range(4)]
+
+
+def test_running_samples_decode_while_a_long_prompt_is_prefilled() -> None:
+    short = Request("short", (1, 2), seeds=(5,), max_new_tokens=30)
+    long = Request("long", tuple(range(60)), seeds=(6,), max_new_tokens=2)
+    scheduler = Scheduler(slots=2, pool=BlockPool(64, 4), prefill_chunk=8,
+                          max_blocks_per_sequence=32)  # fmt: skip
+    done, plans = _run(scheduler, [short, long])
+
+    def of_long(chunk) -> bool:
+        return chunk is not None and chunk.tokens == long.prompt[chunk.start :][: len(chunk.tokens)]
+
+    prefilling = [p for p in plans if of_long(p.prefill)]
+    assert len(prefilling) == -(-59 // 8)  # the long prompt in chunks of 8 positions
+    assert all(p.decode for p in prefilling[1:]), "a prefill step stalled the running sample"
+    assert done["long"][0].tokens == _alone(long, 0)
+
+
+def test_each_request_keeps_its_own_budget_and_stop_tokens() -> None:
+    budgets = [Request(f"b{n}", (3, 4, 5), seeds=(n,), max_new_tokens=n) for n in (1, 5, 17)]
+    stopping = Request("s", (3, 4, 5), seeds=(0,), max_new_tokens=200,
+                       stop_token_ids=frozenset(range(VOCAB)))  # fmt: skip
+    scheduler = Scheduler(slots=4, pool=BlockPool(200, 4), prefill_chunk=4,
+                          max_blocks_per_sequence=64)  # fmt: skip
+    done, _ = _run(scheduler, [*budgets, stopping])
+    assert [len(done[f"b{n}"][0].tokens) for n in (1, 5, 17)] == [1, 5, 17]
+    assert len(done["s"][0].tokens) == 1 and done["s"][0].finish_reason == "stop"
+
+
+def test_a_request_that_can_never_fit_is_refused() -> None:
+    scheduler = Scheduler(slots=2, pool=BlockPool(6, 4), prefill_chunk=4,
+                          max_blocks_per_sequence=8)  # fmt: skip
+    with pytest.raises(ValueError, match="a sequence holds at most 8"):
+        scheduler.add(Request("long", tuple(range(30)), seeds=(0,), max_new_tokens=4))
+    with pytest.raises(ValueError, match="make the pool larger"):
+        scheduler.add(Request("wide", tuple(range(10)), seeds=(0,), max_new_tokens=11))
+    with pytest.raises(ValueError, match="no tokens"):
+        Request("empty", (), seeds=(0,), max_new_tokens=1)
