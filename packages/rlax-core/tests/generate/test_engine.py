@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from rlax_core.generate import Sampler, SamplingParams
+from rlax_core.generate.paged import Request
 from rlax_core.generate.paged.engine import Engine
 from rlax_core.models import QwenConfig, flat_params, init_model, replace_params
 
@@ -99,3 +100,26 @@ def test_bad_requests_are_refused(engine: Engine) -> None:
     with pytest.raises(ValueError, match="a sequence holds at most"):
         engine.generate([[1] * 60], PARAMS, seed=0)
     assert engine.scheduler.idle
+
+
+def test_new_weights_mid_flight_keep_the_sequences_and_mark_their_tokens(model) -> None:
+    """Weights swapped between two steps: nothing in flight is dropped, and every token
+    records the version that sampled it."""
+    engine = Engine(model, slots=2, block_size=4, max_sequence_tokens=64, prefill_chunk=8)
+    params = SamplingParams(max_new_tokens=10, temperature=1.0)
+    requests = [Request(i, tuple(p), seeds=(i, i + 10), max_new_tokens=10)
+                for i, p in enumerate(PROMPTS[:2])]  # fmt: skip
+    engine.submit(requests, params)
+    done = {}
+    for _ in range(6):
+        done.update((r.request_id, s) for r, s in engine.step())
+    engine.set_params({n: np.asarray(a) * 2 for n, a in flat_params(model).items()}, version=1)
+    while len(done) < 2:
+        done.update((r.request_id, s) for r, s in engine.step())
+    engine.set_model(model, version=0)
+    spanning = [s for samples in done.values() for s in samples if len(set(s.versions)) == 2]
+    assert spanning, "no sequence was in flight at the swap"
+    for sample in spanning:
+        assert sample.versions == sorted(sample.versions) and len(sample.tokens) == 10
+    alone = engine.generate([PROMPTS[0]], params, seed=[0, 10], samples_per_prompt=2)
+    assert [s.tokens for s in done[0]] != alone.tokens  # the new weights took effect

@@ -182,6 +182,17 @@ def test_each_request_keeps_its_own_budget_and_stop_tokens() -> None:
     assert len(done["s"][0].tokens) == 1 and done["s"][0].finish_reason == "stop"
 
 
+def test_each_sample_may_have_a_budget_of_its_own() -> None:
+    request = Request("r", (1, 2, 3), seeds=(4, 5, 6), max_new_tokens=99, budgets=(3, 1, 8))
+    done, _ = _run(_scheduler(), [request])
+    assert [len(s.tokens) for s in done["r"]] == [3, 1, 8]
+    assert [s.finish_reason for s in done["r"]] == ["length"] * 3
+    with pytest.raises(ValueError, match="2 budgets for 3 samples"):
+        Request("r", (1,), seeds=(4, 5, 6), max_new_tokens=9, budgets=(3, 1))
+    with pytest.raises(ValueError, match="at least 1 new token, got 0"):
+        Request("r", (1,), seeds=(4,), max_new_tokens=9, budgets=(0,))
+
+
 def test_a_request_that_can_never_fit_is_refused() -> None:
     scheduler = Scheduler(slots=2, pool=BlockPool(6, 4), prefill_chunk=4,
                           max_blocks_per_sequence=8)  # fmt: skip

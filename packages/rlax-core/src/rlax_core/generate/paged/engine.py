@@ -84,6 +84,8 @@ class Engine:
         shape = (self.pool.num_blocks, c.num_kv_heads, block_size, c.head_dim)
         self._kv = [(jnp.zeros(shape, c.dtype), jnp.zeros(shape, c.dtype))
                     for _ in range(c.num_layers)]  # fmt: skip
+        self._knobs = (np.float32(1.0), np.int32(0), np.float32(1.0))
+        self.version = 0  # the policy version of the weights, recorded with every token
         self._traces = 0
         self._step = jax.jit(self._step_impl, donate_argnums=1)
 
@@ -97,18 +99,30 @@ class Engine:
         """Bytes of the KV pool (every layer's keys and values)."""
         return sum(k.nbytes + v.nbytes for k, v in self._kv)
 
-    def set_model(self, model: Qwen) -> None:
-        """Samples from ``model``'s weights from now on (same config)."""
+    def set_model(self, model: Qwen, *, version: int | None = None) -> None:
+        """Samples from ``model``'s weights from the next step on (same config).
+
+        Sequences in flight keep going: their next tokens come from the new weights,
+        over keys and values the old ones computed. ``version`` names the policy in
+        each new token's record (unchanged if None).
+        """
         graphdef, state = nnx.split(model)
         if graphdef != self._graphdef:
             raise ValueError("set_model needs a model with the engine's structure")
         self._state = state
+        self.version = self.version if version is None else version
 
     def set_params(
-        self, params: Mapping[str, np.ndarray | jax.Array], *, in_place: bool = False
+        self,
+        params: Mapping[str, np.ndarray | jax.Array],
+        *,
+        in_place: bool = False,
+        version: int | None = None,
     ) -> None:
-        """Samples with these weights (name → array); see :meth:`Sampler.set_params`."""
+        """Samples with these weights (name → array) from the next step on, as
+        :meth:`set_model` does; ``in_place`` as :meth:`Sampler.set_params`."""
         self._state = with_params(self._state, params, in_place=in_place)
+        self.version = self.version if version is None else version
 
     def generate(
         self,
@@ -117,9 +131,14 @@ class Engine:
         *,
         seed: int | Sequence[int],
         samples_per_prompt: int = 1,
+        budgets: Sequence[int] | None = None,
     ) -> Completions:
         """Samples ``samples_per_prompt`` completions per prompt, as
         :meth:`rlax_core.generate.Sampler.generate` does (the same arguments and result).
+
+        Args:
+            budgets: per completion (prompt-major), its own most new tokens instead of
+                ``params.max_new_tokens``.
 
         Raises:
             ValueError: a bad request, or one longer than ``max_sequence_tokens``.
@@ -128,23 +147,20 @@ class Engine:
         check_request(prompts, params, samples_per_prompt)
         if not self.scheduler.idle:
             raise RuntimeError("the engine is still running other requests")
-        seeds = completion_seeds(seed, len(prompts) * samples_per_prompt)
+        n = samples_per_prompt
+        seeds = completion_seeds(seed, len(prompts) * n)
+        if budgets is not None and len(budgets) != len(seeds):
+            raise ValueError(f"got {len(budgets)} budgets for {len(seeds)} completions")
         requests = [
-            Request(i, tuple(int(t) for t in prompt),
-                    tuple(int(s) for s in seeds[i * samples_per_prompt :][:samples_per_prompt]),
-                    params.max_new_tokens, frozenset(params.stop_token_ids))
+            Request(i, tuple(int(t) for t in prompt), tuple(int(s) for s in seeds[i * n :][:n]),
+                    params.max_new_tokens, frozenset(params.stop_token_ids),
+                    budgets=() if budgets is None else tuple(budgets[i * n :][:n]))
             for i, prompt in enumerate(prompts)
         ]  # fmt: skip
-        for request in requests:  # all of them, before any is queued
-            self.scheduler.check(request)
-        for request in requests:
-            self.scheduler.add(request)
-        knobs = (np.float32(params.temperature), np.int32(params.top_k), np.float32(params.top_p))
+        self.submit(requests, params)
         done: dict[int, list[Sample]] = {}
         while len(done) < len(requests):
-            plan = self.scheduler.plan()
-            for request, samples in self.scheduler.commit(plan, self.run(plan, knobs)):
-                done[request.request_id] = samples
+            done.update((request.request_id, samples) for request, samples in self.step())
         ordered = [sample for i in range(len(requests)) for sample in done[i]]
         return Completions(
             tokens=[s.tokens for s in ordered],
@@ -153,12 +169,36 @@ class Engine:
             finish_reasons=[s.finish_reason or "length" for s in ordered],
         )
 
-    def run(self, plan: StepPlan, knobs: tuple) -> list[tuple[int, float, float]]:
-        """Runs one planned step; returns (token, behaviour, policy log-prob) per decode row.
+    def submit(self, requests: Sequence[Request], params: SamplingParams) -> None:
+        """Queues requests, sampled with ``params``' temperature, top-k and top-p (their
+        budgets and stop tokens are their own); :meth:`step` returns their samples.
 
-        Args:
-            knobs: (temperature, top_k, top_p) as NumPy scalars.
+        Raises:
+            ValueError: a request that can never fit (none of them is queued then).
+            RuntimeError: requests in flight sample with other settings.
         """
+        knobs = (np.float32(params.temperature), np.int32(params.top_k), np.float32(params.top_p))
+        if not self.scheduler.idle and knobs != self._knobs:
+            raise RuntimeError(
+                "requests in flight sample with another temperature, top-k or top-p; "
+                "submit these once the engine is idle"
+            )
+        for request in requests:  # all of them, before any is queued
+            self.scheduler.check(request)
+        for request in requests:
+            self.scheduler.add(request)
+        self._knobs = knobs
+
+    def step(self) -> list[tuple[Request, list[Sample]]]:
+        """Runs one step (if anything is queued or running); returns the requests whose
+        samples have all finished, each with its samples in order."""
+        if self.scheduler.idle:
+            return []
+        plan = self.scheduler.plan()
+        return self.scheduler.commit(plan, self.run(plan), self.version)
+
+    def run(self, plan: StepPlan) -> list[tuple[int, float, float]]:
+        """Runs one planned step; returns (token, behaviour, policy log-prob) per decode row."""
         slots, size = self.slots, self.block_size
         chunk = 0
         if plan.prefill is not None:
@@ -191,7 +231,7 @@ class Engine:
             copies[: len(plan.copies)] = plan.copies
         self._kv, *out = self._step(
             self._state, self._kv, tokens, positions, write_blocks, write_offsets,
-            decode_tables, chunk_table, copies, seeds, indices, *knobs,
+            decode_tables, chunk_table, copies, seeds, indices, *self._knobs,
         )  # fmt: skip
         sampled, behaviour, policy = jax.device_get(out)
         return [(sampled[r.slot], behaviour[r.slot], policy[r.slot]) for r in plan.decode]

@@ -41,6 +41,8 @@ class Request:
         seeds: one seed per sample.
         max_new_tokens: the most tokens each sample generates.
         stop_token_ids: tokens that end a sample (kept as its last token).
+        budgets: per sample, its own most new tokens instead (empty: ``max_new_tokens``
+            for each).
     """
 
     request_id: Hashable
@@ -48,17 +50,27 @@ class Request:
     seeds: tuple[int, ...]
     max_new_tokens: int
     stop_token_ids: frozenset[int] = frozenset()
+    budgets: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.prompt:
             raise ValueError(f"request {self.request_id!r}: the prompt has no tokens")
         if not self.seeds:
             raise ValueError(f"request {self.request_id!r}: no seeds (one per sample)")
-        if self.max_new_tokens < 1:
+        if self.budgets and len(self.budgets) != len(self.seeds):
             raise ValueError(
-                f"request {self.request_id!r}: max_new_tokens must be at least 1, "
-                f"got {self.max_new_tokens}"
+                f"request {self.request_id!r}: {len(self.budgets)} budgets for "
+                f"{len(self.seeds)} samples"
             )
+        if min(self.budgets or (self.max_new_tokens,)) < 1:
+            raise ValueError(
+                f"request {self.request_id!r}: every sample needs a budget of at least 1 "
+                f"new token, got {min(self.budgets or (self.max_new_tokens,))}"
+            )
+
+    def budget(self, sample: int) -> int:
+        """The most new tokens of sample ``sample``."""
+        return self.budgets[sample] if self.budgets else self.max_new_tokens
 
 
 @dataclass(eq=False)
@@ -71,6 +83,7 @@ class Sample:
     tokens: list[int] = field(default_factory=list)
     behaviour_logprobs: list[float] = field(default_factory=list)
     policy_logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # per token, the policy that sampled it
     blocks: list[int] = field(default_factory=list)
     slot: int | None = None
     finish_reason: str | None = None
@@ -196,12 +209,13 @@ class Scheduler:
         """Raises ValueError if a sample of ``request`` could never fit the block table
         or the pool (the message says which, and by how much)."""
         # Keys are computed for every position but the last sampled token's.
-        longest = len(request.prompt) + request.max_new_tokens - 1
+        budget = max(request.budget(i) for i in range(len(request.seeds)))
+        longest = len(request.prompt) + budget - 1
         blocks = self.pool.blocks_for(longest)
         if blocks > self.max_blocks:
             raise ValueError(
                 f"request {request.request_id!r}: {len(request.prompt)} prompt tokens and "
-                f"{request.max_new_tokens} new ones need {blocks} blocks of "
+                f"{budget} new ones need {blocks} blocks of "
                 f"{self.pool.block_size}; a sequence holds at most {self.max_blocks}"
             )
         if blocks + 1 > self.pool.capacity:
@@ -251,10 +265,11 @@ class Scheduler:
         return StepPlan(copies=copies, decode=tuple(decode), prefill=prefill)
 
     def commit(
-        self, plan: StepPlan, sampled: Sequence[tuple[int, float, float]]
+        self, plan: StepPlan, sampled: Sequence[tuple[int, float, float]], version: int = 0
     ) -> list[tuple[Request, list[Sample]]]:
         """Takes a step's samples (token, behaviour and policy log-probability per decode
-        row, in the plan's order); returns the requests whose samples have all finished."""
+        row, in the plan's order) and the policy version that drew them; returns the
+        requests whose samples have all finished."""
         if len(sampled) != len(plan.decode):
             raise ValueError(f"{len(plan.decode)} decode rows, {len(sampled)} samples")
         finished: list[tuple[Request, list[Sample]]] = []
@@ -263,11 +278,12 @@ class Scheduler:
             sample.tokens.append(int(token))
             sample.behaviour_logprobs.append(float(behaviour))
             sample.policy_logprobs.append(float(policy))
+            sample.versions.append(version)
             self.stats.decoded_tokens += 1
             request = sample.request
             if int(token) in request.stop_token_ids:
                 sample.finish_reason = "stop"
-            elif len(sample.tokens) == request.max_new_tokens:
+            elif len(sample.tokens) == request.budget(sample.index):
                 sample.finish_reason = "length"
             else:
                 continue
