@@ -127,3 +127,16 @@ def test_the_scale_suite_runs_quickly(tmp_path: Path) -> None:
         assert Path(notes["rss_png"]).stat().st_size > 5_000
     gap = {r["name"]: r for r in report["results"]}["bf16 logprob gap, 16 tokens"]
     assert gap["baseline"] < 1e-5 < gap["subject"] < 8e-3  # fp32 agrees; bf16 within its bound
+
+
+def test_the_rollout_suite_runs_quickly(tmp_path: Path) -> None:
+    """`rlax bench rollout --quick`: the engine beside the static sampler, both workloads."""
+    report = _quick_report("rollout", tmp_path)
+    rows = {r["name"]: r for r in report["results"]}
+    for workload in ("long-tailed", "equal lengths"):
+        speed = rows[f"{workload}, 4 slots: useful tokens/s"]
+        assert speed["subject"] > 0 < speed["baseline"]
+        kv = rows[f"{workload}, 4 slots: peak KV cache bytes"]
+        assert kv["subject"] > 0 < kv["baseline"]
+        assert 0 < report["notes"][f"{workload}, 4 slots"]["slot_occupancy"] <= 1
+    assert report["notes"]["long-tailed useful tokens"] > report["notes"]["prompts"]

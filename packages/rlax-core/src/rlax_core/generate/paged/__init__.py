@@ -1,6 +1,8 @@
-"""The paged KV cache and continuous batching: block bookkeeping and step planning."""
+"""The rollout engine: continuous batching over a paged KV cache."""
 
+from rlax_core.generate.paged.attention import PagedAttention, paged_attention
 from rlax_core.generate.paged.blocks import SCRATCH_BLOCK, BlockPool
+from rlax_core.generate.paged.engine import Engine
 from rlax_core.generate.paged.scheduler import (
     DecodeRow,
     PrefillChunk,
@@ -15,10 +17,13 @@ __all__ = [
     "SCRATCH_BLOCK",
     "BlockPool",
     "DecodeRow",
+    "Engine",
+    "PagedAttention",
     "PrefillChunk",
     "Request",
     "Sample",
     "Scheduler",
     "SchedulerStats",
     "StepPlan",
+    "paged_attention",
 ]

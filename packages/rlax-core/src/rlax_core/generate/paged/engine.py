@@ -30,7 +30,7 @@ from flax import nnx
 from rlax_core.generate.next_token import SamplingParams, choose, draws
 from rlax_core.generate.paged.attention import PagedAttention, paged_attention
 from rlax_core.generate.paged.blocks import SCRATCH_BLOCK, BlockPool
-from rlax_core.generate.paged.scheduler import Request, Sample, Scheduler, StepPlan
+from rlax_core.generate.paged.scheduler import PrefillChunk, Request, Sample, Scheduler, StepPlan
 from rlax_core.generate.sampler import Completions, check_request, completion_seeds
 from rlax_core.models.params import with_params
 from rlax_core.models.qwen import Qwen
@@ -197,12 +197,29 @@ class Engine:
         plan = self.scheduler.plan()
         return self.scheduler.commit(plan, self.run(plan), self.version)
 
+    @property
+    def chunk_buckets(self) -> tuple[int, ...]:
+        """The prefill-chunk lengths a step compiles for (0: a step without a prefill)."""
+        longest = min(self.prefill_chunk, self.max_blocks * self.block_size - 1)
+        return (0, *sorted({_chunk_bucket(n) for n in range(1, longest + 1)}))
+
+    def warm_up(self) -> None:
+        """Compiles every step shape now (one step each, touching no sequence's keys),
+        so that no compilation lands in the middle of a run."""
+        longest = self.max_blocks * self.block_size - 1
+        for size in self.chunk_buckets:
+            chunk = None
+            if size:
+                n = min(size, longest)
+                chunk = PrefillChunk(
+                    (self._pad,) * n, 0, (SCRATCH_BLOCK,) * self.pool.blocks_for(n)
+                )
+            self.run(StepPlan(copies=(), decode=(), prefill=chunk))
+
     def run(self, plan: StepPlan) -> list[tuple[int, float, float]]:
         """Runs one planned step; returns (token, behaviour, policy log-prob) per decode row."""
         slots, size = self.slots, self.block_size
-        chunk = 0
-        if plan.prefill is not None:
-            chunk = max(MIN_CHUNK, 1 << (len(plan.prefill.tokens) - 1).bit_length())
+        chunk = 0 if plan.prefill is None else _chunk_bucket(len(plan.prefill.tokens))
         tokens = np.full(slots + chunk, self._pad, np.int32)
         positions = np.full(slots + chunk, -1, np.int32)
         write_blocks = np.full(slots + chunk, SCRATCH_BLOCK, np.int32)
@@ -284,3 +301,8 @@ class Engine:
         logits = model.logits_from_hidden(model.model.norm(x[:, :slots]))[0]
         token, behaviour, policy = choose(logits, draws(seeds, indices), temperature, top_k, top_p)
         return written, token, behaviour, policy
+
+
+def _chunk_bucket(positions: int) -> int:
+    """The padded length of a prefill chunk: a power of two, at least ``MIN_CHUNK``."""
+    return max(MIN_CHUNK, 1 << (positions - 1).bit_length())

@@ -1,0 +1,127 @@
+"""Useful tokens/s of the rollout engine on long-tailed completions, beside the static sampler.
+
+One random checkpoint of the ~50M preset (``benchmarks.generate``'s), in this run:
+256 prompts of 32 tokens × 4 samples, each completion's length drawn from a lognormal
+(σ = 1, median 64 tokens, capped at 1,024) and enforced as its budget with stop tokens
+off, so every completion is exactly its length and every engine does the same useful
+work. A second workload gives every completion 64 tokens, the case static batching is
+best at: it shows what the engine's bookkeeping costs.
+
+Per workload and number of slots (16 and 64):
+
+* useful tokens/s (tokens that end up in completions) of the engine
+  (:class:`rlax_core.generate.paged.Engine`), beside today's static sampler
+  (:class:`rlax_core.generate.Sampler`) in batches of as many completions: each batch
+  runs to its longest budget, rounded up to a length bucket (a quarter of a doubling)
+  so that its compilations stay few. Both compile every shape they need before they are
+  timed (the sampler with zero weights and a stop token, so that each shape costs one
+  step);
+* the KV cache's peak bytes: the engine's blocks in use at its peak, beside the static
+  sampler's largest batch cache (the engine's pool holds every slot at 512 tokens and a
+  prompt more; its preemptions are in the notes).
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+
+from benchmarks.generate import CONFIGS
+from rlax_core.bench import Bench
+from rlax_core.generate import Sampler, SamplingParams
+from rlax_core.generate.buckets import bucket_length
+from rlax_core.generate.paged import Engine, SchedulerStats
+from rlax_core.models import QwenConfig, flat_params, init_model
+
+SAMPLES = 4
+PROMPT_TOKENS = 32
+
+
+def lognormal_budgets(count: int, *, median: int, cap: int, seed: int = 0) -> list[int]:
+    """Completion lengths drawn from a lognormal with σ = 1, at least 1 and at most ``cap``."""
+    draws = np.random.default_rng(seed).lognormal(np.log(median), 1.0, count)
+    return np.clip(np.round(draws), 1, cap).astype(int).tolist()
+
+
+def _kv_bytes_per_token(config: QwenConfig) -> int:
+    width = np.dtype(config.dtype).itemsize
+    return config.num_layers * 2 * config.num_kv_heads * config.head_dim * width
+
+
+def _static(model, prompts: list[list[int]], budgets: list[int], batch: int) -> tuple[float, int]:
+    """(seconds, peak KV bytes) of the static sampler over the workload, warm."""
+    sampler = Sampler(model)
+    groups = batch // SAMPLES
+    batches = []
+    for start in range(0, len(prompts), groups):
+        chunk = budgets[start * SAMPLES : (start + groups) * SAMPLES]
+        batches.append((prompts[start : start + groups], chunk, bucket_length(max(chunk))))
+    real = flat_params(model)
+    sampler.set_params({name: np.zeros_like(a) for name, a in real.items()})
+    for shape in sorted({(len(p), m) for p, _, m in batches}):  # every shape, one step each
+        warm = SamplingParams(max_new_tokens=shape[1], temperature=0.0, stop_token_ids=(0,))
+        sampler.generate(prompts[: shape[0]], warm, seed=0, samples_per_prompt=SAMPLES)
+    sampler.set_params(real)
+    padded, width = sampler.bucket_shape(groups, PROMPT_TOKENS)
+    kv = max(padded * SAMPLES * (width + m) for _, _, m in batches)
+    started = time.perf_counter()
+    for group_prompts, _, longest in batches:
+        params = SamplingParams(max_new_tokens=longest, temperature=1.0)
+        sampler.generate(group_prompts, params, seed=0, samples_per_prompt=SAMPLES)
+    return time.perf_counter() - started, kv * _kv_bytes_per_token(model.config)
+
+
+def _engine(
+    model, prompts: list[list[int]], budgets: list[int], slots: int
+) -> tuple[float, int, SchedulerStats]:
+    """(seconds, peak KV bytes, the scheduler's counters) of the engine over the
+    workload, warm."""
+    cap = max(budgets)
+    longest = PROMPT_TOKENS + cap
+    # Room for every slot at up to 512 tokens (not at the longest), and a prompt's worth
+    # more per slot for the blocks of prompts waiting for their samples to start.
+    kv_tokens = slots * (min(longest, 512) + PROMPT_TOKENS)
+    engine = Engine(model, slots=slots, block_size=16, max_sequence_tokens=longest,
+                    kv_tokens=kv_tokens, prefill_chunk=128)  # fmt: skip
+    params = SamplingParams(max_new_tokens=cap, temperature=1.0)
+    engine.warm_up()
+    started = time.perf_counter()
+    engine.generate(prompts, params, seed=0, samples_per_prompt=SAMPLES, budgets=budgets)
+    seconds = time.perf_counter() - started
+    block_bytes = engine.block_size * _kv_bytes_per_token(model.config)
+    return seconds, engine.pool.peak_used * block_bytes, engine.scheduler.stats
+
+
+def run(bench: Bench) -> None:
+    """Runs the rollout suite."""
+    quick = bench.quick
+    config = CONFIGS["tiny"] if quick else CONFIGS["50M"]
+    count, median, cap = (4, 8, 24) if quick else (256, 64, 1024)
+    slot_counts = (4,) if quick else (16, 64)
+    model = init_model(config, seed=0)
+    rng = np.random.default_rng(1)
+    prompts = rng.integers(0, config.vocab_size, (count, PROMPT_TOKENS)).tolist()
+    workloads = {
+        "long-tailed": lognormal_budgets(count * SAMPLES, median=median, cap=cap),
+        "equal lengths": [median] * (count * SAMPLES),
+    }
+    bench.notes.update(params=config.num_params(), prompts=count, samples=SAMPLES,
+                       jax=jax.__version__)  # fmt: skip
+    for workload, budgets in workloads.items():
+        useful = sum(budgets)
+        bench.notes[f"{workload} useful tokens"] = useful
+        for slots in slot_counts:
+            ours, our_kv, stats = _engine(model, prompts, budgets, slots)
+            theirs, their_kv = _static(model, prompts, budgets, slots)
+            label = f"{workload}, {slots} slots"
+            occupancy = stats.busy_slot_steps / (stats.steps * slots)
+            bench.notes[label] = {"engine_steps": stats.steps, "preemptions": stats.preemptions,
+                                  "slot_occupancy": occupancy}  # fmt: skip
+            bench.record(f"{label}: useful tokens/s", subject=useful / ours,
+                         baseline=useful / theirs, unit="tokens/s", higher_is_better=True,
+                         baseline_label=f"static sampler, batches of {slots}")  # fmt: skip
+            bench.record(f"{label}: peak KV cache bytes", subject=our_kv, baseline=their_kv,
+                         unit="bytes", higher_is_better=False,
+                         baseline_label=f"static sampler, batches of {slots}")  # fmt: skip
