@@ -85,8 +85,9 @@ def _parameter_bytes(config: dict[str, Any]) -> int:
 
 
 def _budget(config: dict[str, Any]) -> dict[str, int]:
-    """What each part of a run holds at its peak (the optimiser update), in bytes, from
-    the shapes (a prompt taken as 64 tokens).
+    """What each part of a run holds while it is alive, in bytes, from the shapes (a
+    prompt taken as 64 tokens). The KV cache lives while generating; activations and
+    logits while training; the rest throughout.
 
     The worker's policy and the parameter store's version are the trainer's arrays
     themselves (one process, no copy), and the update writes the new parameters into
