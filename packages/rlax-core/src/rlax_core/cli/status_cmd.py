@@ -57,6 +57,7 @@ def render(rows: list[ProcessRow]) -> Table:
         "step",
         "throughput",
         "backlog",
+        "engine",
         "updated",
     ):
         table.add_column(column)
@@ -76,9 +77,22 @@ def render(rows: list[ProcessRow]) -> Table:
             _text(row.step),
             throughput or "-",
             _text(row.backlog),
+            _engine(row.engine),
             "-" if row.updated_age_s is None else f"{row.updated_age_s:.0f} s ago",
         )
     return table
+
+
+def _engine(engine: dict[str, float] | None) -> str:
+    """A streaming worker's engine in a few words: slots, KV blocks, preemptions."""
+    if not engine:
+        return "-"
+    return (
+        f"slots {engine['running']:.0f}/{engine['slots']:.0f} "
+        f"({engine['slot_occupancy']:.0%} busy), {engine['tokens_in_flight']:.0f} tokens, "
+        f"KV {engine['kv_blocks_used']:.0f}/{engine['kv_blocks']:.0f}, "
+        f"{engine['preemptions']:.0f} preempted"
+    )
 
 
 def _text(value: object) -> str:

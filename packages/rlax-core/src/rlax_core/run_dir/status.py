@@ -51,6 +51,7 @@ class ProcessRow:
     throughput: dict[str, float]
     updated_age_s: float | None
     backlog: int | None = None  # a verifier's: groups waiting to be judged
+    engine: dict[str, float] | None = None  # a streaming worker's: its rollout engine now
 
 
 def collect_status(run_dir: Path) -> tuple[list[ProcessRow], ProcessTable | None]:
@@ -149,4 +150,5 @@ def _row(
         throughput=throughput,
         updated_age_s=None if updated is None else max(0.0, now - float(updated)),
         backlog=status.get("backlog"),
+        engine=status.get("engine"),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,9 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from rich.console import Console
 
+from rlax_core.cli import status_cmd
 from rlax_core.models.safetensors_file import SafetensorsReader
 from rlax_core.run_dir.metrics import read_metrics
+from rlax_core.run_dir.status import collect_status
 from rlax_core.testing.run_configs import small_run_config
 
 REPO = Path(__file__).resolve().parents[5]
@@ -79,9 +83,14 @@ def _trained_ids(run_dir: Path, step: int) -> list[str]:
     return json.loads(meta.read_text())["controller"]["trained_ids"]
 
 
+PAGED = {"kind": "paged", "slots": 6, "block_size": 4, "prefill_chunk": 16,
+         "max_prompt_tokens": 64}  # fmt: skip
+
+
 def test_a_run_leaves_a_complete_run_directory(tmp_path: Path) -> None:
+    """With the streaming worker and its engine (the batch worker: the tests below)."""
     run_dir = tmp_path / "run"
-    _finish(_train(_config(tmp_path, k=1), run_dir))
+    _finish(_train(_config(tmp_path, k=1, rollout__engine=PAGED), run_dir))
     assert (run_dir / "config.yaml").exists()
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["staleness"]["max_staleness"] == 1
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()) == [
@@ -103,6 +112,14 @@ def test_a_run_leaves_a_complete_run_directory(tmp_path: Path) -> None:
         assert row["staleness/max"] <= 1
         assert row["logprob_gap/max"] < 1e-5
     assert [r["step"] for r in rows if "eval/pass@1" in r] == [0, 3, 6]
+    engine = [r for r in rows if "rollout_engine/slot_occupancy" in r]
+    assert engine and all(r["rollout_engine/kv_blocks"] > 0 for r in engine)
+    worker = json.loads((run_dir / "status" / "worker-0.json").read_text())
+    assert worker["engine"]["slot_occupancy"] > 0 and worker["throughput"]["useful_tokens_per_s"]
+    console = Console(width=300, record=True)
+    console.print(status_cmd.render(collect_status(run_dir)[0]))
+    shown = next(line for line in console.export_text().splitlines() if "worker-0" in line)
+    assert re.search(r"slots \d/6 \(\d+% busy\), \d+ tokens, KV \d+/\d+, \d+ preempted", shown)
     plot = subprocess.run(
         [sys.executable, "-m", "rlax_core.cli", "plot", str(run_dir)],
         capture_output=True,
@@ -113,8 +130,9 @@ def test_a_run_leaves_a_complete_run_directory(tmp_path: Path) -> None:
 
 
 def test_sigkill_and_resume_equal_an_uninterrupted_run(tmp_path: Path) -> None:
-    """k = 0, one worker: the resumed run's parameters equal the uninterrupted run's."""
-    config = _config(tmp_path, k=0)
+    """k = 0, one streaming worker: the resumed run's parameters equal the uninterrupted
+    run's (its completions depend only on weights, prompt and seed)."""
+    config = _config(tmp_path, k=0, rollout__engine=PAGED)
     _finish(_train(config, tmp_path / "straight"))
     killed = tmp_path / "killed"
     _kill_after_step(_train(config, killed), killed, step=3)  # checkpoint at 2, killed in 4

@@ -4,7 +4,7 @@ from rlax_core.config.sections.base import Section
 from rlax_core.config.sections.data import DataSection, DatasetConfig, template_fields
 from rlax_core.config.sections.metrics import MetricsSection, WandbSection
 from rlax_core.config.sections.model import ModelSection
-from rlax_core.config.sections.rollout import RolloutSection, StalenessSection
+from rlax_core.config.sections.rollout import EngineSection, RolloutSection, StalenessSection
 from rlax_core.config.sections.run import RunSection
 from rlax_core.config.sections.schedule import CheckpointSection, EvalSection, WarmStartSection
 from rlax_core.config.sections.training import AlgorithmSection, MeshSection, TrainerSection
@@ -14,6 +14,7 @@ __all__ = [
     "CheckpointSection",
     "DataSection",
     "DatasetConfig",
+    "EngineSection",
     "EvalSection",
     "MeshSection",
     "MetricsSection",

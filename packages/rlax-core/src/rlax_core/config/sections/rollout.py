@@ -7,9 +7,57 @@ completions per prompt, ``max_new_tokens`` tokens per completion. There is no ba
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from rlax_core.config.sections.base import Section
+
+
+class EngineSection(Section):
+    """What generates a worker's completions.
+
+    ``static`` samples a batch of ``groups_per_batch`` groups at a time, the batch
+    decoding until its longest completion ends. ``paged`` is the rollout engine
+    (:mod:`rlax_core.generate.paged`): continuous batching over a paged KV cache, the
+    worker leasing groups as slots free up and sending each group the moment its
+    samples have all finished.
+    """
+
+    kind: Literal["static", "paged"] = Field(
+        default="static", description="static: batch at a time; paged: the rollout engine."
+    )
+    slots: int = Field(default=16, ge=1, le=4096, description="paged: sequences decoding at once.")
+    block_size: int = Field(
+        default=16, ge=1, le=1024, description="paged: token positions per KV block."
+    )
+    prefill_chunk: int = Field(
+        default=128,
+        ge=1,
+        le=65536,
+        description="paged: most prompt positions prefilled in one step, beside the decoding "
+        "sequences (a long prompt never stalls them for its whole length).",
+    )
+    max_prompt_tokens: int = Field(
+        default=2048,
+        ge=1,
+        le=1 << 20,
+        description="paged: the longest prompt a worker takes (with max_new_tokens, a "
+        "sequence's longest history).",
+    )
+    kv_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="paged: token positions the KV pool holds over all sequences (default: "
+        "slots × (max_prompt_tokens + max_new_tokens), which never preempts). Less memory "
+        "means admission waits and preemptions (recomputed later) when long sequences meet.",
+    )
+    groups_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="paged: most prompt groups a worker holds leased at once (default: "
+        "groups are leased while they hold fewer samples than twice the slots).",
+    )
 
 
 class RolloutSection(Section):
@@ -35,6 +83,9 @@ class RolloutSection(Section):
         ge=1,
         description="Prompt groups a worker leases and samples together (its batch holds "
         "groups_per_batch × samples_per_prompt completions).",
+    )
+    engine: EngineSection = Field(
+        default_factory=EngineSection, description="What generates the completions."
     )
     chat_template: bool = Field(
         default=False,

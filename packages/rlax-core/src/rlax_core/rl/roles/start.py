@@ -19,6 +19,7 @@ from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.plugins.manager import load_registry
 from rlax_core.rl.roles import components, queues
 from rlax_core.rl.roles.loop import LeasingLoop
+from rlax_core.rl.roles.streaming_worker import StreamingWorker
 from rlax_core.rl.roles.trainer import TrainerRun
 from rlax_core.rl.roles.verifier import verifier_of
 from rlax_core.rl.roles.worker import InferenceWorker
@@ -53,16 +54,20 @@ def run_all(
     judge = trainer.judge
     assert judge is not None, "the embedded run's trainer is its own leader"
     staged = components.judged_by_stage(config)
-    loops: list[LeasingLoop] = [
+    workers = [
         _worker(f"worker-{i}", config, trainer.worker_model(), trainer.tokenizer,
                 None if staged else judge, transport)
         for i in range(config.rollout.workers)
     ]  # fmt: skip
+    loops: list[LeasingLoop] = list(workers)
     if staged:
         assert config.verifier is not None
         loops += [verifier_of(f"verifier-{i}", config, judge, trainer.tokenizer, transport)
                   for i in range(config.verifier.workers)]  # fmt: skip
-    threads = []
+    threads = [threading.Thread(target=_report_worker, args=(w, run_dir, stop), daemon=True)
+               for w in workers]  # fmt: skip
+    for thread in threads:
+        thread.start()
     for loop in loops:
         thread = threading.Thread(target=loop.run, args=(stop, fail), name=loop.name, daemon=True)
         thread.start()
@@ -156,9 +161,11 @@ def _worker(
     tokenizer: Tokenizer,
     judge: Judge | None,
     transport: Transport,
-) -> InferenceWorker:
-    """An inference worker of the run on ``transport``; ``judge`` None: the stage judges."""
-    return InferenceWorker(
+) -> InferenceWorker | StreamingWorker:
+    """An inference worker of the run on ``transport``; ``judge`` None: the stage judges.
+    A streaming worker with ``rollout.engine.kind: paged``."""
+    kind = StreamingWorker if config.rollout.engine.kind == "paged" else InferenceWorker
+    return kind(
         worker_id,
         model=model,
         tokenizer=tokenizer,
@@ -173,10 +180,12 @@ def _worker(
     )
 
 
-def _report_worker(worker: InferenceWorker, run_dir: Path, stop: threading.Event) -> None:
-    while not stop.wait(STATUS_EVERY_S):
-        rate = worker.samples_done / worker.busy_s if worker.busy_s else 0.0
-        write_status(run_dir, worker.worker_id, {
-            "role": "worker", "policy_version": worker.version, "groups": worker.groups_done,
-            "throughput": {"samples_per_s": rate},
-        })  # fmt: skip
+def _report_worker(
+    worker: InferenceWorker | StreamingWorker, run_dir: Path, stop: threading.Event
+) -> None:
+    """Writes the worker's status file now, every few seconds, and once more at the end."""
+    while True:
+        write_status(run_dir, worker.worker_id, worker.status())
+        if stop.wait(STATUS_EVERY_S):
+            break
+    write_status(run_dir, worker.worker_id, worker.status())

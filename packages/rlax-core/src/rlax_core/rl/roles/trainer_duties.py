@@ -29,8 +29,9 @@ from rlax_core.rl.roles import components, queues
 from rlax_core.rl.roles.controller import Controller
 from rlax_core.rl.roles.evaluator import Evaluator
 from rlax_core.rl.roles.progress import StepProgress
+from rlax_core.rl.roles.streaming_worker import engine_metrics
 from rlax_core.run_dir.metrics import MetricsLog
-from rlax_core.run_dir.status import write_status
+from rlax_core.run_dir.status import read_statuses, write_status
 from rlax_core.types.rollout import RolloutGroup
 
 WaitForBatch = Callable[[Callable[[], bool]], list[RolloutGroup] | None]
@@ -189,7 +190,9 @@ class LeaderDuties(TrainerDuties):
         self.store.publish(version, params, {"step": step})
 
     def batch_metrics(self, groups: list[RolloutGroup], version: int) -> dict[str, float]:
-        return self.controller.staleness_metrics(groups, version)
+        metrics = self.controller.staleness_metrics(groups, version)
+        metrics.update(engine_metrics(list(read_statuses(self._run_dir).values())))
+        return metrics
 
     def after_publish(self) -> None:
         self.controller.renew_leases()

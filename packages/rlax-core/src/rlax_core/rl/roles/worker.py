@@ -13,24 +13,24 @@ regenerated with the same weights gives the same completions.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import threading
 import time
+from typing import Any
 
 from rlax_core.config.sections import RolloutSection, StalenessSection
 from rlax_core.contracts.parameter_store import ParameterStore
 from rlax_core.contracts.queue import Queue
 from rlax_core.contracts.verifier import Judge
-from rlax_core.errors import LeaseExpiredError, VersionNotFoundError
+from rlax_core.errors import LeaseExpiredError
 from rlax_core.generate import Sampler, SamplingParams
-from rlax_core.judging import judge_isolated
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
-from rlax_core.rl.roles.loop import POLL_S, LeasingLoop, lease_batch
+from rlax_core.rl.roles.loop import LeasingLoop, lease_batch
+from rlax_core.rl.roles.policy_follower import PolicyFollower
+from rlax_core.rl.roles.rollout_groups import deliver, judge_completions, logprob_gaps, pack_group
 from rlax_core.types.lease import Lease
-from rlax_core.types.rollout import PromptGroup, Rollout, RolloutGroup
-from rlax_core.types.verdict import Verdict
+from rlax_core.types.rollout import PromptGroup
 
 
 def sample_seed(run_seed: int, group_id: str, sample: int) -> int:
@@ -76,11 +76,10 @@ class InferenceWorker(LeasingLoop):
         self._sampler = Sampler(model, pad_token_id=tokenizer.pad_token_id or 0)
         self._tokenizer = tokenizer
         self._judge = judge
-        self._store = store
+        self._policy = PolicyFollower(store, staleness.pull_every, self._load)
         self._prompts = prompts
         self._outbox = outbox
         self._cfg = rollout
-        self._pull_every = staleness.pull_every
         self._seed = seed
         self._sampling = SamplingParams(
             max_new_tokens=rollout.max_new_tokens,
@@ -89,7 +88,6 @@ class InferenceWorker(LeasingLoop):
             top_p=rollout.top_p,
             stop_token_ids=stop_token_ids,
         )
-        self.version: int | None = None
         self.groups_done = 0
         self.samples_done = 0
         self.busy_s = 0.0
@@ -98,6 +96,17 @@ class InferenceWorker(LeasingLoop):
     def name(self) -> str:
         return self.worker_id
 
+    @property
+    def version(self) -> int | None:
+        """The policy version sampled with (None before the first pull)."""
+        return self._policy.version
+
+    def status(self) -> dict[str, Any]:
+        """The fields of this worker's status file (``rlax status``)."""
+        rate = self.samples_done / self.busy_s if self.busy_s else 0.0
+        return {"role": "worker", "policy_version": self.version, "groups": self.groups_done,
+                "throughput": {"samples_per_s": rate}}  # fmt: skip
+
     def step(self, stop: threading.Event | None = None) -> bool:
         """Samples one batch of leased groups; False if none arrived within the poll."""
         leases = lease_batch(self._prompts, self._cfg.lease_s, self._cfg.groups_per_batch)
@@ -105,11 +114,12 @@ class InferenceWorker(LeasingLoop):
             return False
         started = time.monotonic()
         groups = [PromptGroup.from_bytes(lease.payload) for lease in leases]
-        if not self._ensure_weights(max(g.min_policy_version for g in groups), stop):
+        if not self._policy.ensure(max(g.min_policy_version for g in groups), stop):
             for lease in leases:
                 self._prompts.nack(lease)
             return False
         version = self.version
+        assert version is not None
         renewed = [(g, self._renew(lease)) for g, lease in zip(groups, leases, strict=True)]
         kept = [(g, lease) for g, lease in renewed if lease is not None]
         if not kept:
@@ -130,59 +140,27 @@ class InferenceWorker(LeasingLoop):
         else:
             out = self._sampler.generate(prompts, self._sampling, seed=seeds)
         checked = sum(g.samples_per_prompt for g in groups[: self._cfg.logprob_check_groups])
-        gaps = self._gaps(prompts[:checked], out, checked) + [None] * (len(prompts) - checked)
-        verdicts: list[Verdict | None] = [None] * len(prompts)
-        if self._judge is not None:
-            texts = [self._tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
-            verdicts = list(judge_isolated(self._judge, problems, texts))
+        gaps = logprob_gaps(self._sampler, prompts[:checked], out.tokens[:checked],
+                            out.policy_logprobs[:checked], self._sampling.temperature)  # fmt: skip
+        gaps += [None] * (len(prompts) - checked)
+        verdicts = judge_completions(self._judge, self._tokenizer, problems, out.tokens)
         generation_s = time.monotonic() - started
         row = 0
         for group, lease in zip(groups, leases, strict=True):
-            rollouts = []
-            for j in range(group.samples_per_prompt):
-                verdict = verdicts[row]
-                rollouts.append(
-                    Rollout(
-                        rollout_id=f"{group.group_id}/{j}",
-                        completion_tokens=tuple(out.tokens[row]),
-                        behaviour_logprobs=tuple(out.behaviour_logprobs[row]),
-                        policy_logprobs=tuple(out.policy_logprobs[row]),
-                        finish_reason=out.finish_reasons[row],
-                        reward=None if verdict is None else verdict.reward,
-                        verdict=verdict,
-                    )
-                )
-                row += 1
-            group_gaps = [g for g in gaps[row - group.samples_per_prompt : row] if g is not None]
-            result = RolloutGroup(
-                group_id=group.group_id,
-                prompt_id=group.prompt_id,
-                prompt_tokens=group.prompt_tokens,
-                policy_version=version,
-                worker_id=self.worker_id,
-                rollouts=tuple(rollouts),
-                generation_s=generation_s,
-                logprob_gap=max(group_gaps) if group_gaps else None,
-                problem=group.problem,
-            )
-            self._outbox.put(group.group_id, result.to_bytes())
-            # An expired lease went to another worker meanwhile; its copy is dropped by id.
-            with contextlib.suppress(LeaseExpiredError):
-                self._prompts.ack(lease)
+            rows = slice(row, row + group.samples_per_prompt)
+            row += group.samples_per_prompt
+            result = pack_group(
+                group, worker_id=self.worker_id, version=version, tokens=out.tokens[rows],
+                behaviour_logprobs=out.behaviour_logprobs[rows],
+                policy_logprobs=out.policy_logprobs[rows],
+                finish_reasons=out.finish_reasons[rows], verdicts=verdicts[rows],
+                gaps=gaps[rows], generation_s=generation_s,
+            )  # fmt: skip
+            deliver(self._outbox, self._prompts, result, lease)
         self.groups_done += len(groups)
         self.samples_done += len(prompts)
         self.busy_s += time.monotonic() - started
         return True
-
-    def _gaps(self, prompts: list[list[int]], out, rows: int) -> list[float | None]:
-        """For the first ``rows`` completions, the worst |sampled − teacher-forced| log-prob."""
-        if rows == 0:
-            return []
-        scored = self._sampler.score(prompts, out.tokens[:rows], self._sampling.temperature)
-        return [
-            max((abs(a - b) for a, b in zip(s, p, strict=True)), default=None)
-            for s, p in zip(scored, out.policy_logprobs[:rows], strict=True)
-        ]
 
     def _renew(self, lease: Lease) -> Lease | None:
         """The lease renewed for a full generation, or None if it already ended."""
@@ -191,24 +169,5 @@ class InferenceWorker(LeasingLoop):
         except LeaseExpiredError:
             return None  # waiting for weights took too long: the group went to another worker
 
-    def _ensure_weights(self, needed: int, stop: threading.Event | None) -> bool:
-        """Pulls the newest weights if ours are older than ``needed`` or ``pull_every`` behind."""
-        latest = self._store.latest()
-        current = self.version
-        if (
-            current is not None
-            and current >= needed
-            and (latest is None or latest.version - current < self._pull_every)
-        ):
-            return True
-        while latest is None or latest.version < needed:
-            if stop is not None and stop.is_set():
-                return False
-            latest = self._store.wait_for_newer(needed - 1, timeout=POLL_S * 5)
-        try:
-            fetched = self._store.fetch(latest.version)
-        except VersionNotFoundError:  # evicted meanwhile: a newer one exists
-            return self._ensure_weights(needed, stop)
-        self._sampler.set_params(fetched.arrays, in_place=True)  # a version never changes
-        self.version = latest.version
-        return True
+    def _load(self, arrays, version: int) -> None:
+        self._sampler.set_params(arrays, in_place=True)  # a version never changes

@@ -1,0 +1,308 @@
+"""The streaming inference worker: keeps the rollout engine full, sends groups as they end.
+
+With ``rollout.engine.kind: paged`` a worker does not sample a batch at a time. It holds
+up to ``groups_in_flight`` prompt groups leased, submits each to the engine
+(:class:`rlax_core.generate.paged.Engine`) as it arrives, steps the engine, and sends
+each group the moment all its samples have finished, judged here or (verifier stage) to
+be judged, while the others go on decoding. Leases of groups still generating are
+renewed before they run out, so a long completion never loses its group; a worker
+killed mid-generation loses only its groups in flight, which come back through their
+leases as today.
+
+New weights are taken between groups: once a pull is due (the store ``pull_every``
+versions ahead, or a leased group needs a newer version), no new group is submitted;
+the groups in flight finish with the weights that started them, then the worker pulls
+and goes on. Every completion of a group is thus sampled by one version, and a group
+regenerated with the same weights gives the same completions (the engine's completions
+depend only on weights, prompt and seed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlax_core.config.sections import RolloutSection, StalenessSection
+from rlax_core.contracts.parameter_store import ParameterStore
+from rlax_core.contracts.queue import Queue
+from rlax_core.contracts.verifier import Judge
+from rlax_core.errors import ConfigError, LeaseExpiredError
+from rlax_core.generate import Sampler, SamplingParams
+from rlax_core.generate.paged import Engine, Request, Sample
+from rlax_core.models.qwen import Qwen
+from rlax_core.models.tokenizer import Tokenizer
+from rlax_core.rl.roles.loop import POLL_S, LeasingLoop
+from rlax_core.rl.roles.policy_follower import PolicyFollower
+from rlax_core.rl.roles.rollout_groups import deliver, judge_completions, logprob_gaps, pack_group
+from rlax_core.rl.roles.worker import sample_seed
+from rlax_core.types.lease import Lease
+from rlax_core.types.rollout import PromptGroup
+
+
+@dataclass
+class _InFlight:
+    """A leased group, submitted to the engine or waiting for newer weights."""
+
+    group: PromptGroup
+    lease: Lease
+    submitted_at: float | None = None
+    checked: bool = False  # its log-probabilities are re-scored by teacher forcing
+
+
+@dataclass
+class EngineCounters:
+    """What the streaming worker reports of its engine (``rlax status``)."""
+
+    slots: int
+    kv_blocks: int
+    steps: int = 0
+    busy_slot_steps: int = 0
+    useful_tokens: int = 0
+    preemptions: int = 0
+    admission_waits: int = 0
+    running: int = 0
+    tokens_in_flight: int = 0
+    kv_blocks_used: int = 0
+    groups_in_flight: int = 0
+
+
+class StreamingWorker(LeasingLoop):
+    """One streaming worker's loop; the arguments are :class:`InferenceWorker`'s.
+
+    Raises (from :meth:`step`):
+        ConfigError: a prompt longer than ``rollout.engine.max_prompt_tokens`` allows.
+    """
+
+    def __init__(
+        self,
+        worker_id: str,
+        *,
+        model: Qwen,
+        tokenizer: Tokenizer,
+        judge: Judge | None,
+        store: ParameterStore,
+        prompts: Queue,
+        outbox: Queue,
+        rollout: RolloutSection,
+        staleness: StalenessSection,
+        seed: int,
+        stop_token_ids: tuple[int, ...],
+    ) -> None:
+        self.worker_id = worker_id
+        cfg = rollout.engine
+        pad = tokenizer.pad_token_id or 0
+        longest = cfg.max_prompt_tokens + rollout.max_new_tokens
+        self._engine = Engine(
+            model, slots=cfg.slots, block_size=cfg.block_size, max_sequence_tokens=longest,
+            kv_tokens=cfg.kv_tokens, prefill_chunk=cfg.prefill_chunk, pad_token_id=pad,
+        )  # fmt: skip
+        # Teacher forcing for the log-probability check; it shares the engine's arrays.
+        self._scorer = Sampler(model, pad_token_id=pad) if rollout.logprob_check_groups else None
+        self._tokenizer = tokenizer
+        self._judge = judge
+        self._policy = PolicyFollower(store, staleness.pull_every, self._load)
+        self._prompts = prompts
+        self._outbox = outbox
+        self._cfg = rollout
+        self._seed = seed
+        self._max_prompt = cfg.max_prompt_tokens
+        self._groups_cap = cfg.groups_in_flight
+        self._samples_cap = 2 * cfg.slots
+        self._sampling = SamplingParams(
+            max_new_tokens=rollout.max_new_tokens,
+            temperature=rollout.temperature,
+            top_k=rollout.top_k,
+            top_p=rollout.top_p,
+            stop_token_ids=stop_token_ids,
+        )
+        self._groups: dict[str, _InFlight] = {}
+        self._sent = 0
+        self.groups_done = 0
+        self.samples_done = 0
+        self.busy_s = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.worker_id
+
+    @property
+    def version(self) -> int | None:
+        """The policy version sampled with (None before the first pull)."""
+        return self._policy.version
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def counters(self) -> EngineCounters:
+        """The engine's occupancy and the worker's totals, now."""
+        stats, pool = self._engine.scheduler.stats, self._engine.pool
+        return EngineCounters(
+            slots=self._engine.slots, kv_blocks=pool.capacity, steps=stats.steps,
+            busy_slot_steps=stats.busy_slot_steps, useful_tokens=stats.decoded_tokens,
+            preemptions=stats.preemptions, admission_waits=stats.admission_waits,
+            running=self._engine.scheduler.running,
+            tokens_in_flight=self._engine.scheduler.tokens_in_flight,
+            kv_blocks_used=pool.used, groups_in_flight=len(self._groups),
+        )  # fmt: skip
+
+    def status(self) -> dict[str, Any]:
+        """The fields of this worker's status file (``rlax status``, the trainer's metrics)."""
+        c = self.counters()
+        busy = self.busy_s or float("inf")
+        return {
+            "role": "worker", "policy_version": self.version, "groups": self.groups_done,
+            "throughput": {"samples_per_s": self.samples_done / busy,
+                           "useful_tokens_per_s": c.useful_tokens / busy},
+            "engine": {
+                "slots": c.slots, "running": c.running,
+                "slot_occupancy": c.busy_slot_steps / max(1, c.steps * c.slots),
+                "tokens_in_flight": c.tokens_in_flight, "kv_blocks_used": c.kv_blocks_used,
+                "kv_blocks": c.kv_blocks, "preemptions": c.preemptions,
+                "admission_waits": c.admission_waits, "groups_in_flight": c.groups_in_flight,
+            },
+        }  # fmt: skip
+
+    def step(self, stop: threading.Event | None = None) -> bool:
+        """Tops the engine up with leased groups and runs one engine step; False if
+        nothing was in flight and no group arrived within the poll."""
+        self._renew_leases()
+        self._admit(stop)
+        if self._engine.scheduler.idle:
+            return bool(self._groups)
+        started = time.monotonic()
+        for request, samples in self._engine.step():
+            self._finish(request.request_id, samples)
+        self.busy_s += time.monotonic() - started
+        return True
+
+    def close(self) -> None:
+        """Gives back the leases of groups not sent (another worker takes them at once)."""
+        for held in self._groups.values():
+            with contextlib.suppress(LeaseExpiredError):  # it went to another worker
+                self._prompts.nack(held.lease)
+        self._groups.clear()
+
+    def run(self, stop: threading.Event, on_error=None) -> None:
+        try:
+            super().run(stop, on_error)
+        finally:
+            self.close()
+
+    # -- admission --
+
+    def _admit(self, stop: threading.Event | None) -> None:
+        """Leases groups while there is room, and submits those the weights allow."""
+        while self._has_room():
+            # With nothing held, wait a poll for work; otherwise only take what is there.
+            lease = self._prompts.get(self._cfg.lease_s, timeout=0 if self._groups else POLL_S)
+            if lease is None:
+                break
+            group = PromptGroup.from_bytes(lease.payload)
+            self._groups[group.group_id] = _InFlight(group, lease)
+        waiting = [g for g in self._groups.values() if g.submitted_at is None]
+        if not waiting:
+            return
+        needed = max(g.group.min_policy_version for g in waiting)
+        if self._policy.due(needed, max_age_s=POLL_S):
+            if not self._engine.scheduler.idle:
+                return  # the groups in flight finish with their weights first
+            if not self._policy.ensure(needed, stop):
+                return
+        for held in waiting:
+            self._submit(held)
+
+    def _has_room(self) -> bool:
+        """Whether to lease another group: fewer than ``groups_in_flight`` held, or
+        (unset) fewer samples held than twice the slots, so that a finishing sequence's
+        slot finds a prefilled successor."""
+        if self._groups_cap is not None:
+            return len(self._groups) < self._groups_cap
+        held = sum(g.group.samples_per_prompt for g in self._groups.values())
+        return held < self._samples_cap
+
+    def _submit(self, held: _InFlight) -> None:
+        group = held.group
+        if len(group.prompt_tokens) > self._max_prompt:
+            raise ConfigError(
+                f"prompt group {group.group_id!r} has {len(group.prompt_tokens)} prompt "
+                f"tokens; rollout.engine.max_prompt_tokens is {self._max_prompt}: raise it"
+            )
+        seeds = tuple(sample_seed(self._seed, group.group_id, j)
+                      for j in range(group.samples_per_prompt))  # fmt: skip
+        request = Request(
+            group.group_id,
+            tuple(group.prompt_tokens),
+            seeds,
+            self._sampling.max_new_tokens,
+            frozenset(self._sampling.stop_token_ids),
+        )
+        self._engine.submit([request], self._sampling)
+        held.submitted_at = time.monotonic()
+        # Of every groups_per_batch groups, the first logprob_check_groups are re-scored.
+        held.checked = self._sent % self._cfg.groups_per_batch < self._cfg.logprob_check_groups
+        self._sent += 1
+
+    def _renew_leases(self) -> None:
+        """Extends each held group's lease once half of it has gone."""
+        for held in self._groups.values():
+            if held.lease.seconds_left() > self._cfg.lease_s / 2:
+                continue
+            try:
+                held.lease = self._prompts.extend(held.lease, self._cfg.lease_s)
+            except LeaseExpiredError:
+                # Another worker has it now; ours finishes anyway and is dropped by id.
+                continue
+
+    # -- results --
+
+    def _finish(self, group_id, samples: list[Sample]) -> None:
+        held = self._groups.pop(group_id)
+        group, version = held.group, self.version
+        assert version is not None and held.submitted_at is not None
+        tokens = [s.tokens for s in samples]
+        policy = [s.policy_logprobs for s in samples]
+        gaps: list[float | None] = [None] * len(samples)
+        if held.checked and self._scorer is not None:
+            prompts = [group.prompt_tokens] * len(samples)
+            gaps = logprob_gaps(self._scorer, prompts, tokens, policy, self._sampling.temperature)
+        problems = [group.problem] * len(samples)
+        result = pack_group(
+            group, worker_id=self.worker_id, version=version, tokens=tokens,
+            behaviour_logprobs=[s.behaviour_logprobs for s in samples], policy_logprobs=policy,
+            finish_reasons=[s.finish_reason or "length" for s in samples],
+            verdicts=judge_completions(self._judge, self._tokenizer, problems, tokens),
+            gaps=gaps, generation_s=time.monotonic() - held.submitted_at,
+        )  # fmt: skip
+        deliver(self._outbox, self._prompts, result, held.lease)
+        self.groups_done += 1
+        self.samples_done += len(samples)
+
+    def _load(self, arrays: Mapping[str, np.ndarray], version: int) -> None:
+        self._engine.set_params(arrays, in_place=True, version=version)  # a version never changes
+        if self._scorer is not None:
+            self._scorer.set_params(arrays, in_place=True)
+
+
+def engine_metrics(statuses: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The trainer's ``rollout_engine/*`` metrics from its workers' status files: sums
+    over the streaming workers, and their mean slot occupancy ({} if there are none)."""
+    engines = [s for s in statuses if s.get("role") == "worker" and "engine" in s]
+    if not engines:
+        return {}
+    total = {k: float(sum(s["engine"].get(k, 0) for s in engines))
+             for k in ("running", "tokens_in_flight", "kv_blocks_used", "kv_blocks",
+                       "preemptions", "admission_waits", "groups_in_flight")}  # fmt: skip
+    total["slot_occupancy"] = sum(s["engine"].get("slot_occupancy", 0.0) for s in engines) / len(
+        engines
+    )
+    total["useful_tokens_per_s"] = float(
+        sum((s.get("throughput") or {}).get("useful_tokens_per_s", 0.0) for s in engines)
+    )
+    return {f"rollout_engine/{k}": v for k, v in total.items()}
