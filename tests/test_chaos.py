@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from rlax_core.run_dir.metrics import read_metrics
 from rlax_launchers.testing.chaos import ChaosPlan, launch_log, run_chaos
 from rlax_launchers.testing.chaos_config import MAX_STALENESS, TOTAL_STEPS, chaos_run_config
 
@@ -40,14 +41,20 @@ def compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("jax-cache")
 
 
+# Over gRPC the workers stream on the rollout engine and take new weights mid-completion.
+IN_FLIGHT = {"engine": {"kind": "paged", "slots": 16, "max_prompt_tokens": 64},
+             "in_flight_updates": True}  # fmt: skip
+
+
 @pytest.mark.parametrize("transport", ["nats", "grpc"])
 def test_a_run_under_chaos_finishes_with_nothing_lost_or_doubled(
     tmp_path: Path, transport: str, compilation_cache: Path
 ) -> None:
     env = {"JAX_COMPILATION_CACHE_DIR": str(compilation_cache)}
     config = chaos_run_config(
-        REPO / "examples" / "quickstart.yaml", tmp_path, transport, launcher={"env": env}
-    )
+        REPO / "examples" / "quickstart.yaml", tmp_path, transport, launcher={"env": env},
+        rollout=IN_FLIGHT if transport == "grpc" else None,
+    )  # fmt: skip
     run_dir = tmp_path / "run"
     result = run_chaos(config, run_dir, ChaosPlan(), timeout_s=TIMEOUT_S)
     assert result.returncode == 0, launch_log(run_dir)
@@ -68,6 +75,9 @@ def test_a_run_under_chaos_finishes_with_nothing_lost_or_doubled(
     assert report["trained_ids"] == report["trained_ids_unique"] == TOTAL_STEPS * PROMPTS_PER_STEP
     assert report["staleness_max"] <= MAX_STALENESS
     assert report["pass@1"]["final"] >= UNDISTURBED_PASS1 - TOLERANCE
+    if transport == "grpc":  # weights did land mid-completion, and those rollouts trained
+        mixed = [r.get("completion/mixed_version_fraction", 0.0) for r in read_metrics(run_dir)]
+        assert max(mixed) > 0
 
     # The launcher saw each fault for what it was.
     processes = {p["name"]: p for p in report["processes"]}

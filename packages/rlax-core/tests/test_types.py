@@ -63,6 +63,8 @@ def test_logprobs_must_match_the_tokens() -> None:
         _rollout(behaviour_logprobs=(-1.0, -2.0))
     with pytest.raises(ValidationError, match="policy_logprobs"):
         _rollout(policy_logprobs=(-1.0,))
+    with pytest.raises(ValidationError, match="token_versions has 1 entries for 3 tokens"):
+        _rollout(token_versions=(4,))
 
 
 def test_records_refuse_unknown_fields_and_are_frozen() -> None:

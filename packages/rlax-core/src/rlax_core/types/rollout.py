@@ -44,6 +44,12 @@ class Rollout(Record):
     policy_logprobs: tuple[float, ...] | None = Field(
         default=None, description="Per token, log-probability under the untruncated policy."
     )
+    token_versions: tuple[int, ...] | None = Field(
+        default=None,
+        description="Per token, the policy version that sampled it, when a weight update "
+        "landed mid-completion (rollout.in_flight_updates); None: every token's version is "
+        "the group's policy_version.",
+    )
     finish_reason: Literal["stop", "length"] = Field(description="Why sampling ended.")
     reward: float | None = Field(
         description="Scalar reward from the judge; None when there is no judgement (a sandbox "
@@ -58,6 +64,10 @@ class Rollout(Record):
             raise ValueError(
                 f"behaviour_logprobs has {len(self.behaviour_logprobs)} entries for {n} tokens"
             )
+        if self.token_versions is not None and len(self.token_versions) != n:
+            raise ValueError(
+                f"token_versions has {len(self.token_versions)} entries for {n} tokens"
+            )
         if self.policy_logprobs is not None and len(self.policy_logprobs) != n:
             raise ValueError(
                 f"policy_logprobs has {len(self.policy_logprobs)} entries for {n} tokens"
@@ -71,7 +81,11 @@ class RolloutGroup(Record):
     group_id: str = Field(description="The PromptGroup this answers.")
     prompt_id: str = Field(description="Id of the dataset example.")
     prompt_tokens: tuple[int, ...] = Field(description="Token ids of the prompt.")
-    policy_version: int = Field(ge=0, description="The one version that produced every sample.")
+    policy_version: int = Field(
+        ge=0,
+        description="The version that sampled its tokens; with in-flight updates, the oldest "
+        "one that sampled any (the staleness bound applies to it, so to every token).",
+    )
     worker_id: str = Field(description="The inference worker that produced it.")
     rollouts: tuple[Rollout, ...] = Field(min_length=1, description="The completions.")
     generation_s: float = Field(default=0.0, ge=0, description="Time spent sampling.")

@@ -6,11 +6,15 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rlax_core.config.sections import EngineSection, RolloutSection, StalenessSection
+from rlax_core.generate import Sampler
 from rlax_core.models import QwenConfig, flat_params, init_model
 from rlax_core.models.tokenizer import Tokenizer
+from rlax_core.rl.algorithms.batch import build_batch
+from rlax_core.rl.roles.loop import POLL_S
 from rlax_core.rl.roles.streaming_worker import StreamingWorker, engine_metrics
 from rlax_core.rl.roles.worker import InferenceWorker
 from rlax_core.transport.inproc import InProcTransport
@@ -41,13 +45,15 @@ def _setup(model, groups: int, *, min_version: int = 0) -> InProcTransport:
     return transport
 
 
-def _worker(kind, model, tokenizer, transport, **rollout) -> InferenceWorker | StreamingWorker:
+def _worker(
+    kind, model, tokenizer, transport, stop=(7, 9, 11), **rollout
+) -> InferenceWorker | StreamingWorker:
     settings = {"max_new_tokens": 12, "groups_per_batch": 8, "logprob_check_groups": 0}
     cfg = RolloutSection(**{**settings, **rollout})
     return kind("w", model=model, tokenizer=tokenizer, judge=None,
                 store=transport.parameter_store(), prompts=transport.queue("prompts"),
                 outbox=transport.queue("rollouts"), rollout=cfg, staleness=StalenessSection(),
-                seed=3, stop_token_ids=(7, 9, 11))  # fmt: skip
+                seed=3, stop_token_ids=stop)  # fmt: skip
 
 
 def _sent(transport: InProcTransport) -> dict[str, RolloutGroup]:
@@ -196,3 +202,42 @@ def test_a_prompt_longer_than_the_engine_takes_is_a_config_error(model, tokenize
         worker.step(threading.Event())
     worker.close()
     assert transport.queue("prompts").stats().ready == 1  # given back, not lost
+
+
+def test_in_flight_updates_swap_weights_mid_completion(model, tokenizer) -> None:
+    """A version published mid-generation samples the rest of each completion: its tokens
+    record two versions, the group's version is the oldest, and the batch the trainer
+    builds pairs every token with its own behaviour log-probability."""
+    transport = _setup(model, 1)
+    worker = _worker(StreamingWorker, model, tokenizer, transport, stop=(), engine=_engine(),
+                     in_flight_updates=True, max_new_tokens=16)  # fmt: skip
+    for _ in range(6):
+        worker.step(threading.Event())
+    assert worker.version == 0 and worker.groups_done == 0
+    newer = {n: np.asarray(a) * 1.5 for n, a in flat_params(model).items()}
+    transport.parameter_store().publish(1, newer)
+    time.sleep(POLL_S)  # the worker looks at the store at most once a poll
+    while worker.groups_done == 0:
+        worker.step(threading.Event())
+    assert worker.version == 1
+    group = _sent(transport)["g0"]
+    assert group.policy_version == 0  # the staleness bound applies to the oldest token
+    scorer = Sampler(model)  # the old weights, teacher-forced
+    prompt = list(group.prompt_tokens)
+    for rollout in group.rollouts:
+        versions = rollout.token_versions
+        assert versions is not None and versions[0] == 0 and versions[-1] == 1
+        assert list(versions) == sorted(versions)
+        old = versions.index(1)
+        forced = scorer.score([prompt], [list(rollout.completion_tokens)], 1.0)[0]
+        assert np.allclose(rollout.behaviour_logprobs[:old], forced[:old], atol=1e-5)
+        assert not np.allclose(rollout.behaviour_logprobs[old:], forced[old:], atol=1e-3)
+    batch, metrics = build_batch([group], advantage="grpo", overlong_filter=False)
+    assert metrics["completion/mixed_version_fraction"] == 1.0
+    p = len(prompt)
+    for row, rollout in enumerate(group.rollouts):
+        n = len(rollout.completion_tokens)
+        np.testing.assert_array_equal(
+            batch.behaviour_logprobs[row, p - 1 : p - 1 + n],
+            np.float32(rollout.behaviour_logprobs),
+        )

@@ -37,6 +37,7 @@ def chaos_run_config(
     seed: int = 0,
     verifiers: int = VERIFIERS,
     launcher: dict[str, Any] | None = None,
+    rollout: dict[str, Any] | None = None,
 ) -> Path:
     """Writes the run config and returns its path.
 
@@ -50,6 +51,7 @@ def chaos_run_config(
         seed: the run's seed.
         verifiers: verifier processes (0: the workers judge inline).
         launcher: changes to the local launcher's settings.
+        rollout: changes to the rollout section (the engine, in-flight updates).
     """
     config = yaml.safe_load(quickstart.read_text())
     base = quickstart.parent
@@ -61,7 +63,8 @@ def chaos_run_config(
     config["eval"] = {"every_steps": 0, "samples_per_prompt": 4, "ks": [1, 4], "max_prompts": 64}
     config["checkpoint"] = {"every_steps": 5}
     config["staleness"]["max_staleness"] = MAX_STALENESS
-    config["rollout"].update({"workers": WORKERS, "groups_per_batch": 8, "lease_s": 10})
+    config["rollout"].update({"workers": WORKERS, "groups_per_batch": 8, "lease_s": 10,
+                              **(rollout or {})})  # fmt: skip
     if verifiers:
         config["verifier"].update({"placement": "stage", "groups_per_batch": 8})
     port = free_port()

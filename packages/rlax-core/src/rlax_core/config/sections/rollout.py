@@ -87,6 +87,13 @@ class RolloutSection(Section):
     engine: EngineSection = Field(
         default_factory=EngineSection, description="What generates the completions."
     )
+    in_flight_updates: bool = Field(
+        default=False,
+        description="engine.kind paged: take a newer policy version between two decode steps, "
+        "keeping the sequences in flight and their KV cache (each token records the version "
+        "that sampled it; the staleness bound applies to a rollout's oldest token). Off: new "
+        "weights wait until the groups in flight have finished.",
+    )
     chat_template: bool = Field(
         default=False,
         description="Wrap each prompt in the tokenizer's chat template as a user message.",

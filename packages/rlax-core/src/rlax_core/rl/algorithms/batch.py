@@ -177,6 +177,10 @@ def build_batch(
         "completion/truncated_fraction": float(
             np.mean([r.finish_reason == "length" for _, r in rollouts])
         ),
+        # Sampled partly by a newer policy (in-flight weight updates).
+        "completion/mixed_version_fraction": float(
+            np.mean([r.token_versions is not None for _, r in rollouts])
+        ),
         "verdict/no_reward": float((~has_reward).sum()),
         "batch/sequences": float(n),
         "batch/loss_tokens": float(loss_mask.sum()),

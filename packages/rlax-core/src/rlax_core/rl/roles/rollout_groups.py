@@ -61,14 +61,22 @@ def pack_group(
     verdicts: Sequence[Verdict | None],
     gaps: Sequence[float | None],
     generation_s: float,
+    token_versions: Sequence[Sequence[int]] | None = None,
 ) -> RolloutGroup:
-    """One group's completions (in sample order) as the rollout group sent on."""
+    """One group's completions (in sample order) as the rollout group sent on.
+
+    Args:
+        version: the version that sampled every token, or with ``token_versions`` (per
+            completion, each token's version) the oldest of them.
+    """
+    mixed = token_versions is not None and any(len(set(v)) > 1 for v in token_versions)
     rollouts = tuple(
         Rollout(
             rollout_id=f"{group.group_id}/{j}",
             completion_tokens=tuple(tokens[j]),
             behaviour_logprobs=tuple(behaviour_logprobs[j]),
             policy_logprobs=tuple(policy_logprobs[j]),
+            token_versions=tuple(token_versions[j]) if mixed and token_versions else None,
             finish_reason=finish_reasons[j],
             reward=None if verdicts[j] is None else verdicts[j].reward,
             verdict=verdicts[j],

@@ -15,6 +15,13 @@ the groups in flight finish with the weights that started them, then the worker 
 and goes on. Every completion of a group is thus sampled by one version, and a group
 regenerated with the same weights gives the same completions (the engine's completions
 depend only on weights, prompt and seed).
+
+With ``rollout.in_flight_updates`` (partial rollouts, as PipelineRL does) the worker
+instead swaps weights between two engine steps once a pull is due, and the sequences in
+flight go on over the keys and values the older weights computed. Each token records
+the version that sampled it (``Rollout.token_versions``), the group's
+``policy_version`` is its oldest token's, so the staleness bound holds for every token,
+and the trainer's importance ratios use each token's own behaviour log-probability.
 """
 
 from __future__ import annotations
@@ -112,6 +119,7 @@ class StreamingWorker(LeasingLoop):
         self._cfg = rollout
         self._seed = seed
         self._max_prompt = cfg.max_prompt_tokens
+        self._in_flight_updates = rollout.in_flight_updates
         self._groups_cap = cfg.groups_in_flight
         self._samples_cap = 2 * cfg.slots
         self._sampling = SamplingParams(
@@ -207,6 +215,16 @@ class StreamingWorker(LeasingLoop):
             group = PromptGroup.from_bytes(lease.payload)
             self._groups[group.group_id] = _InFlight(group, lease)
         waiting = [g for g in self._groups.values() if g.submitted_at is None]
+        if self._in_flight_updates and not self._engine.scheduler.idle:
+            # Swap between two steps, the sequences in flight keeping their KV cache.
+            if self._policy.due(0, max_age_s=POLL_S):
+                self._policy.ensure(0, stop)  # a newer version exists: no wait
+            version = self.version
+            assert version is not None
+            for held in waiting:
+                if held.group.min_policy_version <= version:
+                    self._submit(held)
+            return
         if not waiting:
             return
         needed = max(g.group.min_policy_version for g in waiting)
@@ -264,12 +282,15 @@ class StreamingWorker(LeasingLoop):
 
     def _finish(self, group_id, samples: list[Sample]) -> None:
         held = self._groups.pop(group_id)
-        group, version = held.group, self.version
-        assert version is not None and held.submitted_at is not None
+        group = held.group
+        assert held.submitted_at is not None
         tokens = [s.tokens for s in samples]
         policy = [s.policy_logprobs for s in samples]
+        versions = {v for s in samples for v in s.versions}
+        version = min(versions)
         gaps: list[float | None] = [None] * len(samples)
-        if held.checked and self._scorer is not None:
+        # The check re-scores with the weights held now: for groups of that version only.
+        if held.checked and self._scorer is not None and versions == {self.version}:
             prompts = [group.prompt_tokens] * len(samples)
             gaps = logprob_gaps(self._scorer, prompts, tokens, policy, self._sampling.temperature)
         problems = [group.problem] * len(samples)
@@ -279,6 +300,7 @@ class StreamingWorker(LeasingLoop):
             finish_reasons=[s.finish_reason or "length" for s in samples],
             verdicts=judge_completions(self._judge, self._tokenizer, problems, tokens),
             gaps=gaps, generation_s=time.monotonic() - held.submitted_at,
+            token_versions=[s.versions for s in samples],
         )  # fmt: skip
         deliver(self._outbox, self._prompts, result, held.lease)
         self.groups_done += 1
