@@ -162,7 +162,7 @@ def test_new_weights_wait_for_the_groups_in_flight(model, tokenizer) -> None:
     transport = _setup(model, 6)
     worker = _worker(StreamingWorker, model, tokenizer, transport, engine=_engine())
     worker.step(threading.Event())
-    assert worker.version == 0 and worker.counters().groups_in_flight == 3
+    assert worker.version == 0 and worker.status()["engine"]["groups_in_flight"] == 3
     first = {g for g in worker._groups}
     transport.parameter_store().publish(1, dict(flat_params(model)))
     while worker.groups_done < 6:

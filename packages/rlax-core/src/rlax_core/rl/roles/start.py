@@ -22,7 +22,7 @@ from rlax_core.rl.roles.loop import LeasingLoop
 from rlax_core.rl.roles.streaming_worker import StreamingWorker
 from rlax_core.rl.roles.trainer import TrainerRun
 from rlax_core.rl.roles.verifier import verifier_of
-from rlax_core.rl.roles.worker import InferenceWorker
+from rlax_core.rl.roles.worker import InferenceWorker, RolloutWorker
 from rlax_core.run_dir.layout import default_run_dir
 from rlax_core.run_dir.status import write_status
 
@@ -161,7 +161,7 @@ def _worker(
     tokenizer: Tokenizer,
     judge: Judge | None,
     transport: Transport,
-) -> InferenceWorker | StreamingWorker:
+) -> RolloutWorker:
     """An inference worker of the run on ``transport``; ``judge`` None: the stage judges.
     A streaming worker with ``rollout.engine.kind: paged``."""
     kind = StreamingWorker if config.rollout.engine.kind == "paged" else InferenceWorker
@@ -180,9 +180,7 @@ def _worker(
     )
 
 
-def _report_worker(
-    worker: InferenceWorker | StreamingWorker, run_dir: Path, stop: threading.Event
-) -> None:
+def _report_worker(worker: RolloutWorker, run_dir: Path, stop: threading.Event) -> None:
     """Writes the worker's status file now, every few seconds, and once more at the end."""
     while True:
         write_status(run_dir, worker.worker_id, worker.status())

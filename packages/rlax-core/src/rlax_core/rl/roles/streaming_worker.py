@@ -35,19 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from rlax_core.config.sections import RolloutSection, StalenessSection
-from rlax_core.contracts.parameter_store import ParameterStore
-from rlax_core.contracts.queue import Queue
-from rlax_core.contracts.verifier import Judge
 from rlax_core.errors import ConfigError, LeaseExpiredError
-from rlax_core.generate import Sampler, SamplingParams
+from rlax_core.generate import Sampler
 from rlax_core.generate.paged import Engine, Request, Sample
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
-from rlax_core.rl.roles.loop import POLL_S, LeasingLoop
-from rlax_core.rl.roles.policy_follower import PolicyFollower
+from rlax_core.rl.roles.loop import POLL_S
 from rlax_core.rl.roles.rollout_groups import deliver, judge_completions, logprob_gaps, pack_group
-from rlax_core.rl.roles.worker import sample_seed
+from rlax_core.rl.roles.worker import RolloutWorker, sample_seed
 from rlax_core.types.lease import Lease
 from rlax_core.types.rollout import PromptGroup
 
@@ -62,120 +57,45 @@ class _InFlight:
     checked: bool = False  # its log-probabilities are re-scored by teacher forcing
 
 
-@dataclass
-class EngineCounters:
-    """What the streaming worker reports of its engine (``rlax status``)."""
-
-    slots: int
-    kv_blocks: int
-    steps: int = 0
-    busy_slot_steps: int = 0
-    useful_tokens: int = 0
-    preemptions: int = 0
-    admission_waits: int = 0
-    running: int = 0
-    tokens_in_flight: int = 0
-    kv_blocks_used: int = 0
-    groups_in_flight: int = 0
-
-
-class StreamingWorker(LeasingLoop):
-    """One streaming worker's loop; the arguments are :class:`InferenceWorker`'s.
+class StreamingWorker(RolloutWorker):
+    """One streaming worker's loop. ``model``: the policy's structure (and initial
+    weights, replaced by the store's); the other arguments are :class:`RolloutWorker`'s.
 
     Raises (from :meth:`step`):
         ConfigError: a prompt longer than ``rollout.engine.max_prompt_tokens`` allows.
     """
 
-    def __init__(
-        self,
-        worker_id: str,
-        *,
-        model: Qwen,
-        tokenizer: Tokenizer,
-        judge: Judge | None,
-        store: ParameterStore,
-        prompts: Queue,
-        outbox: Queue,
-        rollout: RolloutSection,
-        staleness: StalenessSection,
-        seed: int,
-        stop_token_ids: tuple[int, ...],
-    ) -> None:
-        self.worker_id = worker_id
-        cfg = rollout.engine
+    def __init__(self, worker_id: str, *, model: Qwen, tokenizer: Tokenizer, **parts: Any) -> None:
+        super().__init__(worker_id, tokenizer=tokenizer, **parts)
+        rollout, cfg = self._cfg, self._cfg.engine
         pad = tokenizer.pad_token_id or 0
-        longest = cfg.max_prompt_tokens + rollout.max_new_tokens
         self._engine = Engine(
-            model, slots=cfg.slots, block_size=cfg.block_size, max_sequence_tokens=longest,
+            model, slots=cfg.slots, block_size=cfg.block_size,
+            max_sequence_tokens=cfg.max_prompt_tokens + rollout.max_new_tokens,
             kv_tokens=cfg.kv_tokens, prefill_chunk=cfg.prefill_chunk, pad_token_id=pad,
         )  # fmt: skip
         # Teacher forcing for the log-probability check; it shares the engine's arrays.
         self._scorer = Sampler(model, pad_token_id=pad) if rollout.logprob_check_groups else None
-        self._tokenizer = tokenizer
-        self._judge = judge
-        self._policy = PolicyFollower(store, staleness.pull_every, self._load)
-        self._prompts = prompts
-        self._outbox = outbox
-        self._cfg = rollout
-        self._seed = seed
-        self._max_prompt = cfg.max_prompt_tokens
-        self._in_flight_updates = rollout.in_flight_updates
-        self._groups_cap = cfg.groups_in_flight
-        self._samples_cap = 2 * cfg.slots
-        self._sampling = SamplingParams(
-            max_new_tokens=rollout.max_new_tokens,
-            temperature=rollout.temperature,
-            top_k=rollout.top_k,
-            top_p=rollout.top_p,
-            stop_token_ids=stop_token_ids,
-        )
         self._groups: dict[str, _InFlight] = {}
         self._sent = 0
-        self.groups_done = 0
-        self.samples_done = 0
-        self.busy_s = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.worker_id
-
-    @property
-    def version(self) -> int | None:
-        """The policy version sampled with (None before the first pull)."""
-        return self._policy.version
-
-    @property
-    def engine(self) -> Engine:
-        return self._engine
-
-    def counters(self) -> EngineCounters:
-        """The engine's occupancy and the worker's totals, now."""
-        stats, pool = self._engine.scheduler.stats, self._engine.pool
-        return EngineCounters(
-            slots=self._engine.slots, kv_blocks=pool.capacity, steps=stats.steps,
-            busy_slot_steps=stats.busy_slot_steps, useful_tokens=stats.decoded_tokens,
-            preemptions=stats.preemptions, admission_waits=stats.admission_waits,
-            running=self._engine.scheduler.running,
-            tokens_in_flight=self._engine.scheduler.tokens_in_flight,
-            kv_blocks_used=pool.used, groups_in_flight=len(self._groups),
-        )  # fmt: skip
 
     def status(self) -> dict[str, Any]:
-        """The fields of this worker's status file (``rlax status``, the trainer's metrics)."""
-        c = self.counters()
-        busy = self.busy_s or float("inf")
-        return {
-            "role": "worker", "policy_version": self.version, "groups": self.groups_done,
-            "throughput": {"samples_per_s": self.samples_done / busy,
-                           "useful_tokens_per_s": c.useful_tokens / busy},
-            "engine": {
-                "slots": c.slots, "running": c.running,
-                "slot_occupancy": c.busy_slot_steps / max(1, c.steps * c.slots),
-                "tokens_in_flight": c.tokens_in_flight, "kv_blocks_used": c.kv_blocks_used,
-                "kv_blocks": c.kv_blocks, "preemptions": c.preemptions,
-                "admission_waits": c.admission_waits, "groups_in_flight": c.groups_in_flight,
-            },
+        """The fields of this worker's status file (``rlax status``, the trainer's
+        metrics): the batch worker's, useful tokens/s and the engine's occupancy."""
+        scheduler, pool = self._engine.scheduler, self._engine.pool
+        stats, slots = scheduler.stats, self._engine.slots
+        status = super().status()
+        status["throughput"]["useful_tokens_per_s"] = (
+            stats.decoded_tokens / self.busy_s if self.busy_s else 0.0
+        )
+        status["engine"] = {
+            "slots": slots, "running": scheduler.running,
+            "slot_occupancy": stats.busy_slot_steps / max(1, stats.steps * slots),
+            "tokens_in_flight": scheduler.tokens_in_flight, "kv_blocks_used": pool.used,
+            "kv_blocks": pool.capacity, "preemptions": stats.preemptions,
+            "admission_waits": stats.admission_waits, "groups_in_flight": len(self._groups),
         }  # fmt: skip
+        return status
 
     def step(self, stop: threading.Event | None = None) -> bool:
         """Tops the engine up with leased groups and runs one engine step; False if
@@ -215,7 +135,7 @@ class StreamingWorker(LeasingLoop):
             group = PromptGroup.from_bytes(lease.payload)
             self._groups[group.group_id] = _InFlight(group, lease)
         waiting = [g for g in self._groups.values() if g.submitted_at is None]
-        if self._in_flight_updates and not self._engine.scheduler.idle:
+        if self._cfg.in_flight_updates and not self._engine.scheduler.idle:
             # Swap between two steps, the sequences in flight keeping their KV cache.
             if self._policy.due(0, max_age_s=POLL_S):
                 self._policy.ensure(0, stop)  # a newer version exists: no wait
@@ -240,17 +160,18 @@ class StreamingWorker(LeasingLoop):
         """Whether to lease another group: fewer than ``groups_in_flight`` held, or
         (unset) fewer samples held than twice the slots, so that a finishing sequence's
         slot finds a prefilled successor."""
-        if self._groups_cap is not None:
-            return len(self._groups) < self._groups_cap
+        if self._cfg.engine.groups_in_flight is not None:
+            return len(self._groups) < self._cfg.engine.groups_in_flight
         held = sum(g.group.samples_per_prompt for g in self._groups.values())
-        return held < self._samples_cap
+        return held < 2 * self._cfg.engine.slots
 
     def _submit(self, held: _InFlight) -> None:
         group = held.group
-        if len(group.prompt_tokens) > self._max_prompt:
+        longest = self._cfg.engine.max_prompt_tokens
+        if len(group.prompt_tokens) > longest:
             raise ConfigError(
                 f"prompt group {group.group_id!r} has {len(group.prompt_tokens)} prompt "
-                f"tokens; rollout.engine.max_prompt_tokens is {self._max_prompt}: raise it"
+                f"tokens; rollout.engine.max_prompt_tokens is {longest}: raise it"
             )
         seeds = tuple(sample_seed(self._seed, group.group_id, j)
                       for j in range(group.samples_per_prompt))  # fmt: skip

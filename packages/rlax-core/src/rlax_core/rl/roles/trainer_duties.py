@@ -190,9 +190,7 @@ class LeaderDuties(TrainerDuties):
         self.store.publish(version, params, {"step": step})
 
     def batch_metrics(self, groups: list[RolloutGroup], version: int) -> dict[str, float]:
-        metrics = self.controller.staleness_metrics(groups, version)
-        metrics.update(engine_metrics(list(read_statuses(self._run_dir).values())))
-        return metrics
+        return self.controller.staleness_metrics(groups, version)
 
     def after_publish(self) -> None:
         self.controller.renew_leases()
@@ -203,6 +201,8 @@ class LeaderDuties(TrainerDuties):
     def log(self, step: int, metrics: dict[str, float]) -> None:
         if step > 0:
             metrics.update(self.controller.accounting.as_metrics())
+            # The workers' engines, as their status files last said.
+            metrics.update(engine_metrics(list(read_statuses(self._run_dir).values())))
         self.metrics.write(step, metrics)
 
     def report(self, name: str, fields: dict[str, Any]) -> None:

@@ -16,7 +16,11 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from abc import abstractmethod
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from rlax_core.config.sections import RolloutSection, StalenessSection
 from rlax_core.contracts.parameter_store import ParameterStore
@@ -39,12 +43,11 @@ def sample_seed(run_seed: int, group_id: str, sample: int) -> int:
     return int.from_bytes(digest, "little")
 
 
-class InferenceWorker(LeasingLoop):
-    """One worker's loop; run it in a thread (embedded run) or as its own process.
+class RolloutWorker(LeasingLoop):
+    """What every inference worker holds and reports; a subclass generates.
 
     Args:
         worker_id: name in rollouts and status files.
-        model: the policy's structure (and initial weights, replaced by the store's).
         tokenizer: decodes completions for the judge.
         judge: decides rewards; None when the verifier stage judges.
         store: where weights are pulled from.
@@ -61,7 +64,6 @@ class InferenceWorker(LeasingLoop):
         self,
         worker_id: str,
         *,
-        model: Qwen,
         tokenizer: Tokenizer,
         judge: Judge | None,
         store: ParameterStore,
@@ -73,7 +75,6 @@ class InferenceWorker(LeasingLoop):
         stop_token_ids: tuple[int, ...],
     ) -> None:
         self.worker_id = worker_id
-        self._sampler = Sampler(model, pad_token_id=tokenizer.pad_token_id or 0)
         self._tokenizer = tokenizer
         self._judge = judge
         self._policy = PolicyFollower(store, staleness.pull_every, self._load)
@@ -106,6 +107,20 @@ class InferenceWorker(LeasingLoop):
         rate = self.samples_done / self.busy_s if self.busy_s else 0.0
         return {"role": "worker", "policy_version": self.version, "groups": self.groups_done,
                 "throughput": {"samples_per_s": rate}}  # fmt: skip
+
+    @abstractmethod
+    def _load(self, arrays: Mapping[str, np.ndarray], version: int) -> None:
+        """Samples with a fetched version's arrays (never written to) from now on."""
+
+
+class InferenceWorker(RolloutWorker):
+    """One worker's loop, a batch of groups at a time; run it in a thread (embedded run)
+    or as its own process. ``model``: the policy's structure (and initial weights,
+    replaced by the store's); the other arguments are :class:`RolloutWorker`'s."""
+
+    def __init__(self, worker_id: str, *, model: Qwen, tokenizer: Tokenizer, **parts: Any) -> None:
+        super().__init__(worker_id, tokenizer=tokenizer, **parts)
+        self._sampler = Sampler(model, pad_token_id=tokenizer.pad_token_id or 0)
 
     def step(self, stop: threading.Event | None = None) -> bool:
         """Samples one batch of leased groups; False if none arrived within the poll."""
@@ -169,5 +184,5 @@ class InferenceWorker(LeasingLoop):
         except LeaseExpiredError:
             return None  # waiting for weights took too long: the group went to another worker
 
-    def _load(self, arrays, version: int) -> None:
+    def _load(self, arrays: Mapping[str, np.ndarray], version: int) -> None:
         self._sampler.set_params(arrays, in_place=True)  # a version never changes
