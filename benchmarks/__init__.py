@@ -18,7 +18,9 @@ standard library: a side venv's python imports it too.
 
 from __future__ import annotations
 
+import json
 import subprocess
+import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -45,3 +47,25 @@ def run_module(
     cannot import it (a Tunix helper). ``kwargs`` go to :func:`subprocess.run`.
     """
     return subprocess.run(module_command(python, module, *args), cwd=ROOT, **kwargs)
+
+
+def side_python(script: str) -> Path | None:
+    """The python of a side venv made by ``scripts/lib/<script>`` (None if it cannot be
+    made: the suite leaves that baseline out)."""
+    result = subprocess.run([ROOT / "scripts" / "lib" / script], capture_output=True, text=True)
+    return Path(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 else None
+
+
+def side_engine(
+    python: Path, module: ModuleType | str, command: list[str], checkpoint: Path, job: dict
+) -> dict:
+    """Runs a helper module in a side venv on ``checkpoint`` with ``job`` (as JSON), and
+    returns the JSON it writes: ``python -m MODULE COMMAND... CKPT JOB.json OUT.json``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "job.json").write_text(json.dumps(job))
+        run_module(
+            python, module, *command, checkpoint, work / "job.json", work / "out.json",
+            check=True, capture_output=True, text=True, timeout=3600,
+        )  # fmt: skip
+        return json.loads((work / "out.json").read_text())

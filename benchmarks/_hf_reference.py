@@ -9,6 +9,7 @@ out of the workspace lock. From the repository root:
     python -m benchmarks._hf_reference logits CKPT TOKENS.npy OUT.npy
     python -m benchmarks._hf_reference tokenize TOK_DIR STRINGS.json OUT.json
     python -m benchmarks._hf_reference generate CKPT JOB.json OUT.json  # generate suite
+    python -m benchmarks._hf_reference rollout CKPT JOB.json OUT.json  # rollout suite
 
 It lives in the ``benchmarks`` package rather than in ``rlax_core.testing``: the torch
 venv has no RLAX installed, so ``rlax_core.testing`` (whose package also imports pytest)
@@ -185,8 +186,37 @@ def generate(checkpoint: Path, job_path: Path, out_path: Path) -> None:
     out_path.write_text(json.dumps({"torch_threads": torch.get_num_threads(), "results": results}))
 
 
+def rollout(checkpoint: Path, job_path: Path, out_path: Path) -> None:
+    """Times transformers' generate over a rollout job in static batches (the rollout
+    suite's baseline): ``{"prompts", "samples", "budgets", "batch", "temperature"}``,
+    each batch of ``batch`` completions (``batch // samples`` prompts, each repeated)
+    sampled until its longest budget, EOS ignored; writes the seconds it took."""
+    import torch
+    import transformers
+
+    job = json.loads(job_path.read_text())
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    samples, budgets = job["samples"], job["budgets"]
+    groups = job["batch"] // samples
+    kwargs = dict(do_sample=True, temperature=job["temperature"], top_k=0, top_p=1.0,
+                  pad_token_id=0, eos_token_id=None, use_cache=True)  # fmt: skip
+    batches = []
+    for start in range(0, len(job["prompts"]), groups):
+        prompts = torch.tensor(job["prompts"][start : start + groups]).repeat_interleave(samples, 0)
+        longest = max(budgets[start * samples : (start + groups) * samples])
+        batches.append((prompts, longest))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model.generate(batches[0][0], max_new_tokens=2, min_new_tokens=2, **kwargs)  # warm-up
+        started = time.perf_counter()
+        for prompts, longest in batches:
+            model.generate(prompts, max_new_tokens=longest, min_new_tokens=longest, **kwargs)
+        seconds = time.perf_counter() - started
+    out_path.write_text(json.dumps({"seconds": seconds, "torch_threads": torch.get_num_threads()}))
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"build": build, "logits": logits, "tokenize": tokenize, "generate": generate}[command](
-        *map(Path, args)
-    )
+    commands = {"build": build, "logits": logits, "tokenize": tokenize, "generate": generate,
+                "rollout": rollout}  # fmt: skip
+    commands[command](*map(Path, args))

