@@ -123,3 +123,37 @@ def test_new_weights_mid_flight_keep_the_sequences_and_mark_their_tokens(model) 
         assert sample.versions == sorted(sample.versions) and len(sample.tokens) == 10
     alone = engine.generate([PROMPTS[0]], params, seed=[0, 10], samples_per_prompt=2)
     assert [s.tokens for s in done[0]] != alone.tokens  # the new weights took effect
+
+
+def test_recompute_on_swap_gives_the_new_weights_keys(model) -> None:
+    """After a swap and a recompute, the tokens sampled later have the new policy's
+    teacher-forced log-probabilities over the whole history (within 1e-5); without the
+    recompute, they attend to keys the old weights computed, and do not."""
+    doubled = {n: np.asarray(a) * 1.5 for n, a in flat_params(model).items()}
+    new_model = replace_params(model, doubled)
+    params = SamplingParams(max_new_tokens=10, temperature=1.0)
+    gaps = {}
+    for recompute in (False, True):
+        engine = Engine(model, slots=2, block_size=4, max_sequence_tokens=64, prefill_chunk=8)
+        requests = [Request(i, tuple(p), seeds=(i, i + 10), max_new_tokens=10)
+                    for i, p in enumerate(PROMPTS[:2])]  # fmt: skip
+        engine.submit(requests, params)
+        done = {}
+        for _ in range(6):
+            done.update((r.request_id, s) for r, s in engine.step())
+        engine.set_params(doubled, version=1)
+        if recompute:
+            assert engine.recompute() > 0
+        while len(done) < 2:
+            done.update((r.request_id, s) for r, s in engine.step())
+        samples = [s for samples in done.values() for s in samples if len(set(s.versions)) == 2]
+        assert samples, "no sequence was in flight at the swap"
+        scored = Sampler(new_model).score([list(s.request.prompt) for s in samples],
+                                          [s.tokens for s in samples], 1.0)  # fmt: skip
+        gaps[recompute] = max(
+            float(np.abs(np.asarray(t)[late] - np.asarray(s.policy_logprobs)[late]).max())
+            for t, s in zip(scored, samples, strict=True)
+            for late in [np.asarray(s.versions) == 1]
+        )
+    assert gaps[True] < 1e-5
+    assert gaps[False] > 1e-3

@@ -143,6 +143,33 @@ def test_a_small_pool_preempts_and_recomputes() -> None:
     assert scheduler.pool.used == 0
 
 
+@pytest.mark.parametrize(("slots", "chunk"), [(2, 3), (3, 2)])
+def test_recompute_drops_every_key_and_loses_nothing(slots: int, chunk: int) -> None:
+    """Keys dropped for new weights now and then, running, resumable, prefilling and
+    prefilled-but-not-started alike: every sequence is prefilled again from its history
+    (the fake pool checks each one reads its own history back), finishes as it would
+    alone, and no block leaks. (The two shapes between them drop sequences in each of
+    those states, and a prefill of a prompt whose samples are under way.)"""
+    requests = _requests(10, seed=4)
+    reference = _completions(_run(_scheduler(), requests)[0])
+    scheduler = _scheduler(slots=slots, chunk=chunk)
+    for request in requests:
+        scheduler.add(request)
+    engine, done, steps = _TokenPool(scheduler.pool), {}, 0
+    while not scheduler.idle:
+        plan = scheduler.plan()
+        done.update((r.request_id, s) for r, s in scheduler.commit(plan, engine.run(plan)))
+        steps += 1
+        assert steps < 10_000, "the scheduler does not finish"
+        if steps % 13 == 10 and steps < 200:  # (every 13 steps for good: no end)
+            scheduler.recompute()
+            assert scheduler.pool.used == 0  # nothing computed is kept
+    assert _completions(done) == reference
+    assert scheduler.stats.recomputed > 0
+    assert scheduler.stats.preemptions == 0  # for want of blocks: none
+    assert scheduler.pool.used == 0
+
+
 def test_the_samples_of_a_prompt_share_its_full_blocks() -> None:
     # 15 prefilled positions in blocks of 4: three full blocks and one with 3 positions.
     prompt = tuple(range(1, 17))

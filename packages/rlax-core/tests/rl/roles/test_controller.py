@@ -69,6 +69,24 @@ def test_synchronous_run_issues_one_step_and_trains_it_in_order() -> None:
     assert controller.accounting.trained == 2
 
 
+def test_token_staleness_counts_each_token_by_the_version_that_sampled_it() -> None:
+    """A completion that spans a weight swap: its tokens are as old as their own
+    versions, not all as old as the group's (its oldest token's)."""
+    controller = _controller(InProcTransport(), k=2)
+    spanning = Rollout(rollout_id="g/0", completion_tokens=(5, 6, 7, 8),
+                       behaviour_logprobs=(-0.5,) * 4, token_versions=(3, 3, 4, 5),
+                       finish_reason="stop", reward=1.0)  # fmt: skip
+    whole = Rollout(rollout_id="g/1", completion_tokens=(5, 6), behaviour_logprobs=(-0.5,) * 2,
+                    finish_reason="stop", reward=0.0)  # fmt: skip
+    group = RolloutGroup(group_id="g", prompt_id="p", prompt_tokens=(1, 2), policy_version=3,
+                         worker_id="w", rollouts=(spanning, whole))  # fmt: skip
+    metrics = controller.staleness_metrics([group], 5)
+    assert metrics["staleness/max"] == 2.0  # the group's oldest token
+    ages = [2, 2, 1, 0, 2, 2]
+    assert metrics["staleness/token_mean"] == pytest.approx(sum(ages) / len(ages))
+    assert metrics["staleness/on_policy_token_fraction"] == pytest.approx(1 / 6)
+
+
 def test_asynchronous_run_keeps_k_plus_one_steps_in_flight() -> None:
     transport = InProcTransport()
     controller = _controller(transport, k=2)

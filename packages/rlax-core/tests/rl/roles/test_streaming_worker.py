@@ -241,3 +241,37 @@ def test_in_flight_updates_swap_weights_mid_completion(model, tokenizer) -> None
             batch.behaviour_logprobs[row, p - 1 : p - 1 + n],
             np.float32(rollout.behaviour_logprobs),
         )
+
+
+def test_recompute_on_swap_prefills_the_sequences_in_flight_again(model, tokenizer) -> None:
+    """With ``recompute_on_swap`` the worker drops the old weights' keys as it takes new
+    ones: the later tokens are the new policy's over the whole history (teacher-forced
+    with the new weights, within 1e-5)."""
+    transport = _setup(model, 1)
+    worker = _worker(StreamingWorker, model, tokenizer, transport, stop=(),
+                     engine=_engine(recompute_on_swap=True), in_flight_updates=True,
+                     max_new_tokens=16)  # fmt: skip
+    for _ in range(6):
+        worker.step(threading.Event())
+    newer = {n: np.asarray(a) * 1.5 for n, a in flat_params(model).items()}
+    transport.parameter_store().publish(1, newer)
+    time.sleep(POLL_S)
+    while worker.groups_done == 0:
+        worker.step(threading.Event())
+    assert worker.status()["engine"]["recomputed"] > 0
+    group = _sent(transport)["g0"]
+    scorer = Sampler(model)
+    scorer.set_params(newer)
+    for rollout in group.rollouts:
+        assert rollout.token_versions is not None
+        late = np.asarray(rollout.token_versions) == 1
+        forced = scorer.score([list(group.prompt_tokens)], [list(rollout.completion_tokens)], 1.0)
+        gap = np.abs(np.asarray(forced[0]) - np.asarray(rollout.policy_logprobs))[late]
+        assert late.any() and gap.max() < 1e-5
+
+
+def test_recompute_on_swap_needs_in_flight_updates() -> None:
+    with pytest.raises(ValueError, match="recompute_on_swap acts on in-flight weight updates"):
+        RolloutSection(engine=_engine(recompute_on_swap=True))
+    with pytest.raises(ValueError, match="in_flight_updates needs the rollout engine"):
+        RolloutSection(in_flight_updates=True)

@@ -58,6 +58,13 @@ class EngineSection(Section):
         description="paged: most prompt groups a worker holds leased at once (default: "
         "groups are leased while they hold fewer samples than twice the slots).",
     )
+    recompute_on_swap: bool = Field(
+        default=False,
+        description="With rollout.in_flight_updates: on taking new weights, drop the keys and "
+        "values the older ones computed and prefill every sequence in flight again (a "
+        "prefill per sequence, so that later tokens see only the new policy's keys). "
+        "Default: keep them, as PipelineRL does.",
+    )
 
 
 class RolloutSection(Section):
@@ -94,6 +101,20 @@ class RolloutSection(Section):
         "that sampled it; the staleness bound applies to a rollout's oldest token). Off: new "
         "weights wait until the groups in flight have finished.",
     )
+
+    @model_validator(mode="after")
+    def _in_flight_needs_the_engine(self) -> RolloutSection:
+        if self.in_flight_updates and self.engine.kind != "paged":
+            raise ValueError(
+                "rollout.in_flight_updates needs the rollout engine: set rollout.engine.kind: paged"
+            )
+        if self.engine.recompute_on_swap and not self.in_flight_updates:
+            raise ValueError(
+                "rollout.engine.recompute_on_swap acts on in-flight weight updates: set "
+                "rollout.in_flight_updates: true, or drop recompute_on_swap"
+            )
+        return self
+
     chat_template: bool = Field(
         default=False,
         description="Wrap each prompt in the tokenizer's chat template as a user message.",

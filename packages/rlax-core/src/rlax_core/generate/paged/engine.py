@@ -69,7 +69,8 @@ class Engine:
         attention: PagedAttention = paged_attention,
     ) -> None:
         self.config = model.config
-        self._graphdef, self._state = nnx.split(model)
+        self._graphdef, state = nnx.split(model)
+        self._use(state)
         self.slots = slots
         self.block_size = block_size
         self.max_blocks = -(-max_sequence_tokens // block_size)
@@ -109,8 +110,14 @@ class Engine:
         graphdef, state = nnx.split(model)
         if graphdef != self._graphdef:
             raise ValueError("set_model needs a model with the engine's structure")
-        self._state = state
+        self._use(state)
         self.version = self.version if version is None else version
+
+    def _use(self, state: nnx.State) -> None:
+        # The step takes the weights as a flat list: flattening an nnx.State is Python
+        # work that would otherwise be paid on every step.
+        self._state = state
+        self._leaves, self._treedef = jax.tree.flatten(state)
 
     def set_params(
         self,
@@ -121,8 +128,15 @@ class Engine:
     ) -> None:
         """Samples with these weights (name → array) from the next step on, as
         :meth:`set_model` does; ``in_place`` as :meth:`Sampler.set_params`."""
-        self._state = with_params(self._state, params, in_place=in_place)
+        self._use(with_params(self._state, params, in_place=in_place))
         self.version = self.version if version is None else version
+
+    def recompute(self) -> int:
+        """Drops the keys and values computed with older weights: every sequence in
+        flight is prefilled again from its history with the current ones (after
+        :meth:`set_params`, for a completion's later tokens to see only the new policy's
+        keys). Returns how many sequences and prompts it dropped."""
+        return self.scheduler.recompute()
 
     def generate(
         self,
@@ -247,7 +261,7 @@ class Engine:
         if plan.copies:
             copies[: len(plan.copies)] = plan.copies
         self._kv, *out = self._step(
-            self._state, self._kv, tokens, positions, write_blocks, write_offsets,
+            self._leaves, self._kv, tokens, positions, write_blocks, write_offsets,
             decode_tables, chunk_table, copies, seeds, indices, *self._knobs,
         )  # fmt: skip
         sampled, behaviour, policy = jax.device_get(out)
@@ -255,7 +269,7 @@ class Engine:
 
     def _step_impl(
         self,
-        state: nnx.State,
+        leaves: list[jax.Array],
         kv: list[tuple[jax.Array, jax.Array]],
         tokens: jax.Array,
         positions: jax.Array,
@@ -273,7 +287,7 @@ class Engine:
         """One step: block copies, then every token's keys written and attended to;
         the decode rows' next tokens sampled."""
         self._traces += 1  # runs once per trace: counts compilations
-        model = nnx.merge(self._graphdef, state)
+        model = nnx.merge(self._graphdef, jax.tree.unflatten(self._treedef, leaves))
         c = self.config
         slots = decode_tables.shape[0]
         chunk = tokens.shape[0] - slots

@@ -14,7 +14,9 @@ block (copy on write), then starts by feeding the prompt's last token, which sam
 first token. When a decode position needs a block and none is free, the youngest
 running sequence is preempted: its blocks go back to the pool, and it is prefilled
 again later from its history (recomputed), keeping the tokens it sampled. Admission
-waits while blocks are short. Both are counted.
+waits while blocks are short. Both are counted. New weights may drop every key and
+value computed (:meth:`Scheduler.recompute`): each sequence is prefilled again from its
+history in the same way, and each prefilled prompt from its prompt.
 
 This module only keeps the books; :mod:`rlax_core.generate.paged.engine` turns a
 :class:`StepPlan` into arrays and runs it. A completion depends only on its request and
@@ -163,6 +165,7 @@ class SchedulerStats:
     decoded_tokens: int = 0
     prefilled_tokens: int = 0
     busy_slot_steps: int = 0
+    recomputed: int = 0  # sequences and prompts whose keys were dropped for new weights
 
 
 class Scheduler:
@@ -189,6 +192,7 @@ class Scheduler:
         self._preempted: list[Sample] = []  # waiting to be prefilled again, oldest first
         self._resumable: deque[Sample] = deque()  # prefilled again, waiting for a slot
         self._ready: deque[_Group] = deque()  # prefilled, samples still to start
+        self._stale: deque[_Group] = deque()  # like _ready, but to be prefilled again
         self._prefill: _Prefill | None = None
         self._running: list[Sample | None] = [None] * slots
         self._copies: list[tuple[int, int]] = []
@@ -232,6 +236,7 @@ class Scheduler:
             or self._preempted
             or self._resumable
             or self._ready
+            or self._stale
             or self._prefill
             or any(self._running)
         )
@@ -300,6 +305,31 @@ class Scheduler:
             self._advance_prefill(len(plan.prefill.tokens))
         return finished
 
+    def recompute(self) -> int:
+        """Drops every key and value computed so far, for new weights (call between a
+        commit and the next plan): running and resumable samples are prefilled again
+        from their histories, keeping their tokens, and prompts whose samples have not
+        all started from their prompts. Returns how many it dropped."""
+        dropped = 0
+        if self._prefill is not None:
+            self._abort_prefill()  # it starts over, first in line
+            dropped += 1
+        for sample in [s for s in self._running if s is not None]:
+            self._preempt(sample, counted=False)
+            dropped += 1
+        while self._resumable:
+            sample = self._resumable.popleft()
+            self._preempt(sample, counted=False)
+            dropped += 1
+        while self._ready:
+            group = self._ready.popleft()
+            self.pool.release(group.blocks)
+            group.blocks = []
+            self._stale.append(group)
+            dropped += 1
+        self.stats.recomputed += dropped
+        return dropped
+
     # -- planning --
 
     def _plan_decode(self) -> list[DecodeRow]:
@@ -326,13 +356,17 @@ class Scheduler:
             if s is not None
         ]
 
-    def _preempt(self, sample: Sample) -> None:
-        self._running[sample.slot] = None
+    def _preempt(self, sample: Sample, *, counted: bool = True) -> None:
+        """Frees ``sample``'s slot (if it runs) and blocks; it is prefilled again later.
+        ``counted``: a preemption for want of blocks (else for new weights)."""
+        if sample.slot is not None:
+            self._running[sample.slot] = None
         sample.slot = None
         self.pool.release(sample.blocks)
         sample.blocks = []
-        sample.preemptions += 1
-        self.stats.preemptions += 1
+        if counted:
+            sample.preemptions += 1
+            self.stats.preemptions += 1
         self._preempted.append(sample)
         self._preempted.sort(key=lambda s: s.age)
 
@@ -406,12 +440,16 @@ class Scheduler:
         return waiting + len(self._resumable) < self.slots
 
     def _start_prefill(self) -> bool:
-        """Starts the next prefill: a preempted sample's history first, else a new prompt
-        (when its samples would find slots soon). False if there is none to start."""
+        """Starts the next prefill: a preempted sample's history first, then a prompt
+        whose keys were dropped, else a new prompt (when its samples would find slots
+        soon). False if there is none to start."""
         if self._preempted:
             sample = self._preempted.pop(0)
             owner: _Group | Sample = sample
             tokens = sample.history[:-1]
+        elif self._stale:
+            owner = self._stale.popleft()
+            tokens = owner.request.prompt[:-1]
         elif self._waiting and self._wants_prefill():
             request = self._waiting.popleft()
             owner = _Group(request, [])
@@ -430,10 +468,13 @@ class Scheduler:
         prefill, self._prefill = self._prefill, None
         assert prefill is not None
         self.pool.release(prefill.blocks)
-        if isinstance(prefill.owner, Sample):
-            self._preempted.insert(0, prefill.owner)
+        owner = prefill.owner
+        if isinstance(owner, Sample):
+            self._preempted.insert(0, owner)
+        elif owner.started:  # a prompt prefilled again, some of its samples under way
+            self._stale.appendleft(owner)
         else:
-            self._waiting.appendleft(prefill.owner.request)
+            self._waiting.appendleft(owner.request)
 
     def _advance_prefill(self, count: int) -> None:
         prefill = self._prefill

@@ -238,9 +238,19 @@ class Controller:
     def staleness_metrics(self, batch: list[RolloutGroup], version: int) -> dict[str, float]:
         """Staleness of a batch about to be trained at ``version``."""
         ages = [version - g.policy_version for g in batch]
+        # Per trained token: with in-flight updates a completion's tokens have their own
+        # versions, and the group's is its oldest.
+        token_ages = [
+            version - v
+            for g in batch
+            for r in g.rollouts
+            for v in r.token_versions or [g.policy_version] * len(r.completion_tokens)
+        ]
         metrics = {
             "staleness/max": float(max(ages)),
             "staleness/mean": float(sum(ages) / len(ages)),
+            "staleness/token_mean": sum(token_ages) / max(1, len(token_ages)),
+            "staleness/on_policy_token_fraction": token_ages.count(0) / max(1, len(token_ages)),
             "groups/in_flight": float(self.in_flight),
         }
         if self._to_verify is not None:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from rlax_core.config.sections import RolloutSection
 from rlax_core.errors import ConfigError, LeaseExpiredError
 from rlax_core.generate import Sampler
 from rlax_core.generate.paged import Engine, Request, Sample
@@ -45,6 +46,17 @@ from rlax_core.rl.roles.rollout_groups import deliver, judge_completions, logpro
 from rlax_core.rl.roles.worker import RolloutWorker, sample_seed
 from rlax_core.types.lease import Lease
 from rlax_core.types.rollout import PromptGroup
+
+
+def engine_for(model: Qwen, rollout: RolloutSection, *, pad_token_id: int) -> Engine:
+    """The rollout engine ``rollout.engine`` describes, for sequences of at most
+    ``max_prompt_tokens`` prompt and ``rollout.max_new_tokens`` new tokens."""
+    cfg = rollout.engine
+    return Engine(
+        model, slots=cfg.slots, block_size=cfg.block_size,
+        max_sequence_tokens=cfg.max_prompt_tokens + rollout.max_new_tokens,
+        kv_tokens=cfg.kv_tokens, prefill_chunk=cfg.prefill_chunk, pad_token_id=pad_token_id,
+    )  # fmt: skip
 
 
 @dataclass
@@ -67,15 +79,10 @@ class StreamingWorker(RolloutWorker):
 
     def __init__(self, worker_id: str, *, model: Qwen, tokenizer: Tokenizer, **parts: Any) -> None:
         super().__init__(worker_id, tokenizer=tokenizer, **parts)
-        rollout, cfg = self._cfg, self._cfg.engine
         pad = tokenizer.pad_token_id or 0
-        self._engine = Engine(
-            model, slots=cfg.slots, block_size=cfg.block_size,
-            max_sequence_tokens=cfg.max_prompt_tokens + rollout.max_new_tokens,
-            kv_tokens=cfg.kv_tokens, prefill_chunk=cfg.prefill_chunk, pad_token_id=pad,
-        )  # fmt: skip
+        self._engine = engine_for(model, self._cfg, pad_token_id=pad)
         # Teacher forcing for the log-probability check; it shares the engine's arrays.
-        self._scorer = Sampler(model, pad_token_id=pad) if rollout.logprob_check_groups else None
+        self._scorer = Sampler(model, pad_token_id=pad) if self._cfg.logprob_check_groups else None
         self._groups: dict[str, _InFlight] = {}
         self._sent = 0
 
@@ -93,7 +100,8 @@ class StreamingWorker(RolloutWorker):
             "slot_occupancy": stats.busy_slot_steps / max(1, stats.steps * slots),
             "tokens_in_flight": scheduler.tokens_in_flight, "kv_blocks_used": pool.used,
             "kv_blocks": pool.capacity, "preemptions": stats.preemptions,
-            "admission_waits": stats.admission_waits, "groups_in_flight": len(self._groups),
+            "admission_waits": stats.admission_waits, "recomputed": stats.recomputed,
+            "groups_in_flight": len(self._groups),
         }  # fmt: skip
         return status
 
@@ -229,6 +237,8 @@ class StreamingWorker(RolloutWorker):
 
     def _load(self, arrays: Mapping[str, np.ndarray], version: int) -> None:
         self._engine.set_params(arrays, in_place=True, version=version)  # a version never changes
+        if self._cfg.engine.recompute_on_swap:  # mid-flight: the keys of the new weights
+            self._engine.recompute()
         if self._scorer is not None:
             self._scorer.set_params(arrays, in_place=True)
 
@@ -239,9 +249,9 @@ def engine_metrics(statuses: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     engines = [s for s in statuses if s.get("role") == "worker" and "engine" in s]
     if not engines:
         return {}
-    total = {k: float(sum(s["engine"].get(k, 0) for s in engines))
-             for k in ("running", "tokens_in_flight", "kv_blocks_used", "kv_blocks",
-                       "preemptions", "admission_waits", "groups_in_flight")}  # fmt: skip
+    summed = ("running", "tokens_in_flight", "kv_blocks_used", "kv_blocks", "preemptions",
+              "admission_waits", "recomputed", "groups_in_flight")  # fmt: skip
+    total = {k: float(sum(s["engine"].get(k, 0) for s in engines)) for k in summed}
     total["slot_occupancy"] = sum(s["engine"].get("slot_occupancy", 0.0) for s in engines) / len(
         engines
     )

@@ -169,7 +169,7 @@ class LeaderDuties(TrainerDuties):
             judge=self.judge,
             prompts=prompts,
             config=config.eval,
-            max_new_tokens=config.rollout.max_new_tokens,
+            rollout=config.rollout,
             stop_token_ids=components.stop_token_ids(tokenizer),
             seed=config.run.seed,
         )
