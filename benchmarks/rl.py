@@ -23,8 +23,18 @@ clip range, token-mean loss, AdamW and learning rate; its step time is set besid
 RLAX's synchronous (k = 0) step time and its k = 1 step time (the quickstart's
 setting). See benchmarks._tunix_grpo.
 
-Runs are repeated in ``ROUNDS`` rounds (k = 0, 1, 2, Tunix, then again), so a busy
-moment of a shared machine does not land on one side only; figures pool the rounds.
+In-flight weight updates, off and on: the same embedded run at k = 1 on the rollout
+engine (``rollout.engine.kind: paged``), with long-tailed completion lengths: a random
+policy over the quickstart's 259-token vocabulary samples a stop token about once in
+every 259 tokens, so completions run to geometric lengths (capped at
+``IN_FLIGHT["max_new_tokens"]``). Set side by side: end-to-end samples/s, and the
+staleness of the trained tokens, each counted by the version that sampled it (at k = 1
+a token is 0 or 1 versions old, so the on-policy fraction and the mean give the whole
+distribution).
+
+Runs are repeated in ``ROUNDS`` rounds (k = 0, 1, 2, Tunix, the in-flight pair, then
+again), so a busy moment of a shared machine does not land on one side only; figures
+pool the rounds.
 """
 
 from __future__ import annotations
@@ -66,6 +76,11 @@ QUICK = {
                   "num_heads": 2, "num_kv_heads": 1},
     "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4, "groups_per_batch": 4},
 }  # fmt: skip
+# The in-flight pair: the rollout engine at k = 1, long completions (quick: shorter).
+IN_FLIGHT = {"max_new_tokens": 512, "engine": {"kind": "paged", "slots": 64,
+                                               "max_prompt_tokens": 16}}  # fmt: skip
+QUICK_IN_FLIGHT = {"max_new_tokens": 24, "engine": {"kind": "paged", "slots": 8,
+                                                    "max_prompt_tokens": 16}}  # fmt: skip
 
 
 def base_config(quick: bool) -> dict[str, Any]:
@@ -80,10 +95,14 @@ def base_config(quick: bool) -> dict[str, Any]:
     return config
 
 
-def run_config(base: dict[str, Any], checkpoint: Path, *, k: int, steps: int) -> Any:
-    """The config of one run: ``base`` from ``checkpoint`` with max_staleness ``k``."""
+def run_config(
+    base: dict[str, Any], checkpoint: Path, *, k: int, steps: int, rollout: dict | None = None
+) -> Any:
+    """The config of one run: ``base`` from ``checkpoint`` with max_staleness ``k`` (and
+    these ``rollout`` fields)."""
     config = copy.deepcopy(base)
     config["run"]["name"] = f"bench-rl-k{k}"
+    config["rollout"].update(copy.deepcopy(rollout or {}))
     tokenizer = components.resolve(config["model"]["tokenizer"], EXAMPLES)
     config["model"] = {"path": str(checkpoint), "tokenizer": str(tokenizer)}
     config["staleness"] = {"max_staleness": k, "pull_every": 1}
@@ -113,6 +132,10 @@ class Figures:
         self.wait_s: list[float] = []
         self.staleness_max = 0.0
         self.dropped = 0.0
+        self.token_staleness: list[float] = []  # per step: the mean over its tokens
+        self.on_policy_tokens: list[float] = []  # per step: the fraction at staleness 0
+        self.mixed: list[float] = []  # per step: the rollouts that span versions
+        self.lengths: list[float] = []
 
     def add(self, rows: list[dict], discarded: int) -> None:
         """Adds a run's steps after the first ``discarded``."""
@@ -128,6 +151,10 @@ class Figures:
         self.wait_s += [r["time/wait_s"] for r in kept]
         self.staleness_max = max(self.staleness_max, *(r["staleness/max"] for r in kept))
         self.dropped += rows[-1]["staleness/dropped"]
+        self.token_staleness += [r["staleness/token_mean"] for r in kept]
+        self.on_policy_tokens += [r["staleness/on_policy_token_fraction"] for r in kept]
+        self.mixed += [r["completion/mixed_version_fraction"] for r in kept]
+        self.lengths += [r["completion/length_mean"] for r in kept]
 
     @property
     def samples_per_s(self) -> float:
@@ -205,6 +232,7 @@ def run(bench: Bench) -> None:
     steps = QUICK["steps"] if quick else STEPS
     base = base_config(quick)
     figures = {k: Figures() for k in ks}
+    in_flight = {False: Figures(), True: Figures()}  # in-flight updates off, on
     tunix_python = None if quick else _tunix_python()
     tunix_steps: list[float] = []
     tunix_lengths: list[float] = []
@@ -217,6 +245,10 @@ def run(bench: Bench) -> None:
                 config = run_config(base, checkpoint, k=k, steps=steps)
                 rows = train(config, work / f"round{round_}-k{k}")
                 figures[k].add(rows, discarded)
+            for on, fig in in_flight.items():
+                rollout = {**(QUICK_IN_FLIGHT if quick else IN_FLIGHT), "in_flight_updates": on}
+                config = run_config(base, checkpoint, k=1, steps=steps, rollout=rollout)
+                fig.add(train(config, work / f"round{round_}-in-flight-{on}"), discarded)
             if tunix_python is not None:
                 config = run_config(base, checkpoint, k=0, steps=steps)
                 job = tunix_job(config, TUNIX_STEPS)
@@ -228,6 +260,7 @@ def run(bench: Bench) -> None:
                     "max_prompt_length": job["max_prompt_length"],
                 }
     _report(bench, base, figures, discarded, steps, rounds)
+    _report_in_flight(bench, in_flight, quick)
     if tunix_steps:
         # Tunix's learner is synchronous: beside it, RLAX's synchronous step (the same
         # schedule) and the quickstart's own setting, k = 1 (generation overlaps training).
@@ -287,3 +320,31 @@ def _report(bench: Bench, base: dict, figures: dict[int, Figures], discarded: in
         },
         ideal_speedup=sync.ideal_speedup,
     )  # fmt: skip
+
+
+def _report_in_flight(bench: Bench, figures: dict[bool, Figures], quick: bool) -> None:
+    off, on = figures[False], figures[True]
+    bench.record(
+        "in-flight updates: end-to-end samples/s", subject=on.samples_per_s,
+        baseline=off.samples_per_s, unit="samples/s", higher_is_better=True,
+        subject_label="rollout engine, k=1, in-flight updates on",
+        baseline_label="rollout engine, k=1, in-flight updates off",
+    )  # fmt: skip
+    # The staleness of the trained tokens goes to the notes: a fraction that may be 0
+    # makes no ratio.
+    bench.notes["in_flight"] = {
+        "rollout": QUICK_IN_FLIGHT if quick else IN_FLIGHT,
+        **{
+            ("on" if key else "off"): {
+                "samples_per_s": fig.samples_per_s,
+                "token_staleness_mean": statistics.fmean(fig.token_staleness),
+                "on_policy_token_fraction": statistics.fmean(fig.on_policy_tokens),
+                "mixed_version_fraction": statistics.fmean(fig.mixed),
+                "staleness_max": fig.staleness_max,
+                "completion_length_mean": statistics.fmean(fig.lengths),
+                "step_s_median": statistics.median(fig.step_s),
+                "wait_s_mean": statistics.fmean(fig.wait_s),
+            }
+            for key, fig in figures.items()
+        },
+    }

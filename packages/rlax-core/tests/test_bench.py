@@ -78,18 +78,25 @@ def test_the_shipped_suites_run_quickly(tmp_path: Path) -> None:
 
 
 def test_the_rl_suite_runs_quickly(tmp_path: Path) -> None:
-    """`rlax bench rl --quick`: embedded runs at k = 0 and 1, figures from their metrics."""
+    """`rlax bench rl --quick`: embedded runs at k = 0 and 1, and on the rollout engine
+    with in-flight updates off and on, figures from their metrics."""
     report = _quick_report("rl", tmp_path)
     names = [r["name"] for r in report["results"]]
     assert names == [
         "end-to-end samples/s, k=1",
         "end-to-end samples/s, ideal overlap",
         "trainer tokens/s, k=1",
+        "in-flight updates: end-to-end samples/s",
     ]
     assert all(r["subject"] > 0 and r["baseline"] > 0 for r in report["results"])
     per_k = report["notes"]["per_k"]
     assert per_k["0"]["staleness_max"] == 0 and per_k["1"]["staleness_max"] <= 1
     assert 1.0 <= report["notes"]["ideal_speedup"] <= 2.0
+    in_flight = report["notes"]["in_flight"]
+    assert in_flight["off"]["mixed_version_fraction"] == 0  # one version per group
+    for side in ("off", "on"):
+        assert in_flight[side]["staleness_max"] <= 1
+        assert 0 <= in_flight[side]["on_policy_token_fraction"] <= 1
 
 
 def test_the_verify_stage_suite_runs_quickly(tmp_path: Path) -> None:
