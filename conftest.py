@@ -7,8 +7,9 @@
   loadgroup``). Most tests keep one core busy, so two of them share two cores well.
   Tests that start several processes (marker ``distributed``) already fill the machine:
   they form one group, run one at a time in one test process. The verifier package's
-  tests and the Docker tests form another: their session sandbox runs programs under a
-  fixed block of uids, which one sandbox at a time may use.
+  tests, the Docker tests and every other test that starts a code sandbox (marker
+  ``sandbox``) form another: their host checks look for any sandbox's processes left
+  on the machine, and their session sandbox uses a fixed block of uids.
 """
 
 import os
@@ -27,9 +28,18 @@ VERIFIERS = Path(__file__).resolve().parent / "packages" / "rlax-verifiers"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The xdist groups (see the module's docstring); without xdist they change nothing."""
+    """The xdist groups (see the module's docstring); without xdist they change nothing.
+
+    The multi-process group goes first: it is the longest unit of work, and xdist hands
+    units out in collection order, so started last it would run on alone at the end.
+    """
     for item in items:
         if item.get_closest_marker("distributed"):
             item.add_marker(pytest.mark.xdist_group("processes"))
-        elif item.get_closest_marker("docker") or item.path.is_relative_to(VERIFIERS):
+        elif (
+            item.get_closest_marker("docker")
+            or item.get_closest_marker("sandbox")
+            or item.path.is_relative_to(VERIFIERS)
+        ):
             item.add_marker(pytest.mark.xdist_group("sandbox"))
+    items.sort(key=lambda item: not item.get_closest_marker("distributed"))  # stable

@@ -99,6 +99,7 @@ def test_the_rl_suite_runs_quickly(tmp_path: Path) -> None:
         assert 0 <= in_flight[side]["on_policy_token_fraction"] <= 1
 
 
+@pytest.mark.sandbox  # the code runs start Lambda sandboxes
 def test_the_verify_stage_suite_runs_quickly(tmp_path: Path) -> None:
     """`rlax bench verify_stage --quick`: code runs on the local Lambda, and the math pair."""
     report = _quick_report("verify_stage", tmp_path)
