@@ -5,15 +5,16 @@
   .cache/ lets repeated shapes (within a run and across local runs) skip it.
 * The suite runs in two pytest-xdist processes (``./scripts/test``: ``-n 2 --dist
   loadgroup``). Most tests keep one core busy, so two of them share two cores well.
-  Tests that start several processes (marker ``distributed``) already fill the machine:
-  they form one group, run one at a time in one test process. The verifier package's
-  tests, the Docker tests and every other test that starts a code sandbox (marker
-  ``sandbox``) form another: their host checks look for any sandbox's processes left
-  on the machine, and their session sandbox uses a fixed block of uids.
+  Two groups of test files run each in one test process, one test after another (see
+  ``GROUPS``): the files with multi-process tests, which already fill the machine, and
+  the files that start code sandboxes, whose host checks look for any sandbox's
+  processes left on the machine and whose session sandbox uses a fixed block of uids.
 """
 
+import functools
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,22 +25,41 @@ os.environ.setdefault(
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 
-VERIFIERS = Path(__file__).resolve().parent / "packages" / "rlax-verifiers"
+ROOT = Path(__file__).resolve().parent
+# A test file's group, from what its source says (the controller process, which
+# schedules, collects nothing): several processes (the marker ``distributed``), or a
+# code sandbox (the verifier package, the markers ``docker`` and ``sandbox``).
+GROUPS = (
+    ("processes", lambda path, text: "mark.distributed" in text),
+    ("sandbox", lambda path, text: path.startswith("packages/rlax-verifiers/")
+     or "mark.docker" in text or "mark.sandbox" in text),
+)  # fmt: skip
+
+
+@functools.cache
+def group_of(path: str) -> str | None:
+    """The group of the test file at ``path`` (relative to the root), or None."""
+    text = (ROOT / path).read_text() if (ROOT / path).is_file() else ""
+    return next((name for name, belongs in GROUPS if belongs(path, text)), None)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadgroup``: each group's tests go to one test process, one after
+    another; every other test is a unit of its own. (xdist's own loadgroup reads
+    ``xdist_group`` marks through node ids that pytest 9.2 no longer lets it change.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid.split("::", 1)[0]) or nodeid
+
+    return GroupScheduling(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The xdist groups (see the module's docstring); without xdist they change nothing.
-
-    The multi-process group goes first: it is the longest unit of work, and xdist hands
-    units out in collection order, so started last it would run on alone at the end.
-    """
-    for item in items:
-        if item.get_closest_marker("distributed"):
-            item.add_marker(pytest.mark.xdist_group("processes"))
-        elif (
-            item.get_closest_marker("docker")
-            or item.get_closest_marker("sandbox")
-            or item.path.is_relative_to(VERIFIERS)
-        ):
-            item.add_marker(pytest.mark.xdist_group("sandbox"))
+    """The multi-process group goes first: it is the longest unit of work, and xdist
+    hands units out in collection order, so started last it would run on alone at the
+    end."""
     items.sort(key=lambda item: not item.get_closest_marker("distributed"))  # stable
