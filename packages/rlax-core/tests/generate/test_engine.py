@@ -102,20 +102,31 @@ def test_bad_requests_are_refused(engine: Engine) -> None:
     assert engine.scheduler.idle
 
 
-def test_new_weights_mid_flight_keep_the_sequences_and_mark_their_tokens(model) -> None:
-    """Weights swapped between two steps: nothing in flight is dropped, and every token
-    records the version that sampled it."""
+def _swap_mid_flight(model, newer, params: SamplingParams, *, recompute: bool = False):
+    """Two requests of two samples on two slots, ``newer`` weights (version 1) taken
+    after six steps (and the keys recomputed, if asked); the engine and every request's
+    samples."""
     engine = Engine(model, slots=2, block_size=4, max_sequence_tokens=64, prefill_chunk=8)
-    params = SamplingParams(max_new_tokens=10, temperature=1.0)
     requests = [Request(i, tuple(p), seeds=(i, i + 10), max_new_tokens=10)
                 for i, p in enumerate(PROMPTS[:2])]  # fmt: skip
     engine.submit(requests, params)
     done = {}
     for _ in range(6):
         done.update((r.request_id, s) for r, s in engine.step())
-    engine.set_params({n: np.asarray(a) * 2 for n, a in flat_params(model).items()}, version=1)
+    engine.set_params(newer, version=1)
+    if recompute:
+        assert engine.recompute() > 0
     while len(done) < 2:
         done.update((r.request_id, s) for r, s in engine.step())
+    return engine, done
+
+
+def test_new_weights_mid_flight_keep_the_sequences_and_mark_their_tokens(model) -> None:
+    """Weights swapped between two steps: nothing in flight is dropped, and every token
+    records the version that sampled it."""
+    params = SamplingParams(max_new_tokens=10, temperature=1.0)
+    newer = {n: np.asarray(a) * 2 for n, a in flat_params(model).items()}
+    engine, done = _swap_mid_flight(model, newer, params)
     engine.set_model(model, version=0)
     spanning = [s for samples in done.values() for s in samples if len(set(s.versions)) == 2]
     assert spanning, "no sequence was in flight at the swap"
@@ -129,23 +140,12 @@ def test_recompute_on_swap_gives_the_new_weights_keys(model) -> None:
     """After a swap and a recompute, the tokens sampled later have the new policy's
     teacher-forced log-probabilities over the whole history (within 1e-5); without the
     recompute, they attend to keys the old weights computed, and do not."""
-    doubled = {n: np.asarray(a) * 1.5 for n, a in flat_params(model).items()}
-    new_model = replace_params(model, doubled)
+    newer = {n: np.asarray(a) * 1.5 for n, a in flat_params(model).items()}
+    new_model = replace_params(model, newer)
     params = SamplingParams(max_new_tokens=10, temperature=1.0)
     gaps = {}
     for recompute in (False, True):
-        engine = Engine(model, slots=2, block_size=4, max_sequence_tokens=64, prefill_chunk=8)
-        requests = [Request(i, tuple(p), seeds=(i, i + 10), max_new_tokens=10)
-                    for i, p in enumerate(PROMPTS[:2])]  # fmt: skip
-        engine.submit(requests, params)
-        done = {}
-        for _ in range(6):
-            done.update((r.request_id, s) for r, s in engine.step())
-        engine.set_params(doubled, version=1)
-        if recompute:
-            assert engine.recompute() > 0
-        while len(done) < 2:
-            done.update((r.request_id, s) for r, s in engine.step())
+        _, done = _swap_mid_flight(model, newer, params, recompute=recompute)
         samples = [s for samples in done.values() for s in samples if len(set(s.versions)) == 2]
         assert samples, "no sequence was in flight at the swap"
         scored = Sampler(new_model).score([list(s.request.prompt) for s in samples],
