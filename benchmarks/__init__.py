@@ -64,8 +64,14 @@ def side_engine(
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "job.json").write_text(json.dumps(job))
-        run_module(
+        done = run_module(
             python, module, *command, checkpoint, work / "job.json", work / "out.json",
-            check=True, capture_output=True, text=True, timeout=3600,
+            capture_output=True, text=True, timeout=3600,
         )  # fmt: skip
+        if done.returncode != 0:
+            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-20:])
+            raise RuntimeError(
+                f"{' '.join(module_command(python, module, *command))} failed with exit "
+                f"status {done.returncode}; the end of its output:\n{tail}"
+            )
         return json.loads((work / "out.json").read_text())

@@ -13,8 +13,10 @@ completions come out as token ids. JOB.json holds ``{"prompts": [[id, ...], ...]
 "seed": N}`` and optionally ``"max_num_seqs"`` (default 256) and ``"enforce_eager"``
 (default true: no torch.compile, whose inductor build needs a C++ compiler and takes
 minutes on CPU, cached under ~/.cache/vllm). Every prompt is sampled S times, each
-completion a request of its own with exactly its budget of new tokens (EOS ignored) and
-seed ``seed + index``; one warm-up generate goes first, then a single ``LLM.generate``
+completion a request of its own with exactly its budget of new tokens (EOS ignored),
+drawn from the engine's generator, seeded with ``seed`` (with a seed per request,
+vLLM 0.32's CPU sampler stopped with "CPU Generator does not use offset" on the
+workload of 64 prompts); one warm-up generate goes first, then a single ``LLM.generate``
 over all the requests is timed. OUT.json gets ``{"seconds",
 "useful_tokens", "vllm", "torch_threads", "max_num_seqs"}``: useful_tokens counts the
 tokens vLLM returned, which must equal the budgets.
@@ -78,8 +80,8 @@ def main(checkpoint: Path, job_path: Path, out_path: Path) -> None:
     requests = [{"prompt_token_ids": p} for p in prompts for _ in range(samples)]
     params = [
         vllm.SamplingParams(max_tokens=budget, min_tokens=budget, ignore_eos=True,
-                            temperature=job["temperature"], seed=job["seed"] + i)
-        for i, budget in enumerate(budgets)
+                            temperature=job["temperature"])
+        for budget in budgets
     ]  # fmt: skip
     warm = vllm.SamplingParams(max_tokens=4, min_tokens=4, ignore_eos=True)
     llm.generate(requests[:samples], warm, use_tqdm=False)

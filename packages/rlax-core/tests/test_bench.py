@@ -148,3 +148,17 @@ def test_the_rollout_suite_runs_quickly(tmp_path: Path) -> None:
         assert kv["subject"] > 0 < kv["baseline"]
         assert 0 < report["notes"][f"{workload}, 4 slots"]["slot_occupancy"] <= 1
     assert report["notes"]["long-tailed useful tokens"] > report["notes"]["prompts"]
+
+
+def test_a_failing_side_engine_says_why(tmp_path: Path) -> None:
+    """A baseline's helper that fails raises with the end of its own output, not a bare
+    exit status."""
+    import sys
+
+    from benchmarks import side_engine
+
+    # json.tool takes the checkpoint folder for its input file, and stops on it
+    with pytest.raises(
+        RuntimeError, match=r"json\.tool failed with exit status 2(.|\n)*Is a directory"
+    ):
+        side_engine(Path(sys.executable), "json.tool", [], tmp_path, {})
