@@ -30,7 +30,7 @@ def dense_reference(q, k_pool, v_pool, tables, positions, scale) -> np.ndarray:
 
 def case(rng, rows: int, queries: int, lengths: list[int]):
     columns = max(-(-n // BLOCK) for n in lengths) + 2
-    tables = rng.permutation(NUM_BLOCKS)[: rows * columns].reshape(rows, columns) % NUM_BLOCKS
+    tables = rng.permutation(NUM_BLOCKS)[: rows * columns].reshape(rows, columns)
     positions = np.full((rows, queries), -1, np.int32)
     for r, n in enumerate(lengths):
         if n:  # the row's last ``queries`` positions (fewer if it is shorter)

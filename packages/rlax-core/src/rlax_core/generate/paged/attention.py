@@ -114,8 +114,7 @@ def paged_attention(
 
 def _pairs(block_tables: jax.Array, positions: jax.Array, block: int) -> tuple:
     """Every (row, column, block) a query sees, row after row, padded to the table's
-    size; and how many there are. The same for every layer of a step, so XLA computes
-    it once."""
+    size; and how many there are."""
     rows, columns = block_tables.shape
     furthest = jnp.max(positions, axis=1)
     counts = jnp.where(furthest >= 0, furthest // block + 1, 0)  # blocks each row sees
