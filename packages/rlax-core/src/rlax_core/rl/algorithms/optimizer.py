@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import optax
 
 from rlax_core.config.sections import TrainerSection
@@ -32,7 +34,7 @@ def make_optimizer(
 ) -> optax.GradientTransformation:
     """Global-norm clipping, then AdamW with the schedule."""
     return optax.chain(
-        optax.clip_by_global_norm(trainer.max_grad_norm),
+        clip_by_global_norm(trainer.max_grad_norm),
         optax.adamw(
             learning_rate_schedule(trainer, total_updates),
             b1=trainer.adam_b1,
@@ -41,3 +43,23 @@ def make_optimizer(
             weight_decay=trainer.weight_decay,
         ),
     )
+
+
+def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
+    """``optax.clip_by_global_norm`` as one scale factor applied to every leaf.
+
+    Optax chooses per leaf between the gradient and its clipped copy (``lax.select``), and
+    XLA keeps that copy of every leaf alive through the whole update: temporaries of the
+    parameters' size (1.84 GiB at 0.5B in fp32, by the compiled update's
+    ``memory_analysis``). A factor of ``min(1, max_norm / norm)`` clips the same way and
+    fuses into each leaf's AdamW update, so the update needs no temporary buffer. The
+    state is optax's (empty), so checkpoints are unchanged.
+    """
+
+    def update(updates, state, params=None):
+        del params
+        norm = optax.tree.norm(updates)
+        factor = jnp.where(norm < max_norm, 1.0, max_norm / norm)
+        return jax.tree.map(lambda u: u * factor.astype(u.dtype), updates), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
