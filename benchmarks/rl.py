@@ -34,13 +34,15 @@ distribution).
 
 Runs are repeated in ``ROUNDS`` rounds (k = 0, 1, 2, Tunix, the in-flight pair, then
 again), so a busy moment of a shared machine does not land on one side only; figures
-pool the rounds.
+pool the rounds. ``RLAX_BENCH_RL_PARTS`` runs some of the parts (``staleness``,
+``in_flight``, ``tunix``; e.g. ``in_flight``): the whole suite takes hours here.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import statistics
 import subprocess
 import tempfile
@@ -53,6 +55,7 @@ import yaml
 from benchmarks import run_module
 from rlax_core.bench import Bench
 from rlax_core.config.loading import validate_run_config
+from rlax_core.errors import ConfigError
 from rlax_core.models import save_pretrained
 from rlax_core.rl.roles import components, start
 from rlax_core.run_dir.metrics import read_metrics
@@ -68,6 +71,7 @@ DISCARDED_STEPS = 10
 STEPS = 50
 ROUNDS = 2
 TUNIX_STEPS = 30
+PARTS = ("staleness", "in_flight", "tunix")
 # --quick: a smaller model and batch, a few steps, k = 0 and 1, no Tunix.
 QUICK = {
     "discarded": 1,
@@ -223,17 +227,34 @@ def _tunix_python() -> Path:
     return Path(result.stdout.strip().splitlines()[-1])
 
 
+def _parts() -> set[str]:
+    """The parts ``RLAX_BENCH_RL_PARTS`` names (default: all)."""
+    chosen = os.environ.get("RLAX_BENCH_RL_PARTS")
+    if not chosen:
+        return set(PARTS)
+    parts = {part.strip() for part in chosen.split(",") if part.strip()}
+    if unknown := parts - set(PARTS):
+        raise ConfigError(
+            f"RLAX_BENCH_RL_PARTS names {', '.join(sorted(unknown))}; the parts are "
+            f"{', '.join(PARTS)}"
+        )
+    return parts
+
+
 def run(bench: Bench) -> None:
     """Runs the rl suite."""
     quick = bench.quick
-    ks = (0, 1) if quick else (0, 1, 2)
+    parts = _parts()
+    ks = ((0, 1) if quick else (0, 1, 2)) if "staleness" in parts else ()
     rounds = 1 if quick else ROUNDS
     discarded = QUICK["discarded"] if quick else DISCARDED_STEPS
     steps = QUICK["steps"] if quick else STEPS
     base = base_config(quick)
     figures = {k: Figures() for k in ks}
     in_flight = {False: Figures(), True: Figures()}  # in-flight updates off, on
-    tunix_python = None if quick else _tunix_python()
+    if "in_flight" not in parts:
+        in_flight = {}
+    tunix_python = None if quick or "tunix" not in parts else _tunix_python()
     tunix_steps: list[float] = []
     tunix_lengths: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -259,9 +280,16 @@ def run(bench: Bench) -> None:
                     "jax": out["jax"],
                     "max_prompt_length": job["max_prompt_length"],
                 }
-    _report(bench, base, figures, discarded, steps, rounds)
-    _report_in_flight(bench, in_flight, quick)
+    if figures:
+        _report(bench, base, figures, discarded, steps, rounds)
+    if in_flight:
+        _report_in_flight(bench, in_flight, quick)
     if tunix_steps:
+        bench.notes["tunix"].update(
+            steps_timed=len(tunix_steps), completion_length_mean=statistics.fmean(tunix_lengths),
+            step_s_median=statistics.median(tunix_steps),
+        )  # fmt: skip
+    if tunix_steps and figures:
         # Tunix's learner is synchronous: beside it, RLAX's synchronous step (the same
         # schedule) and the quickstart's own setting, k = 1 (generation overlaps training).
         for k, label in ((0, "k=0 (synchronous)"), (1, "k=1 (the quickstart's setting)")):
@@ -270,9 +298,6 @@ def run(bench: Bench) -> None:
                 baseline=statistics.median(tunix_steps), unit="s", higher_is_better=False,
                 baseline_label="Tunix GRPOLearner (vanilla rollout)",
             )  # fmt: skip
-        bench.notes["tunix"].update(
-            steps_timed=len(tunix_steps), completion_length_mean=statistics.fmean(tunix_lengths)
-        )
 
 
 def _report(bench: Bench, base: dict, figures: dict[int, Figures], discarded: int,

@@ -99,6 +99,22 @@ def test_the_rl_suite_runs_quickly(tmp_path: Path) -> None:
         assert 0 <= in_flight[side]["on_policy_token_fraction"] <= 1
 
 
+def test_the_rl_suite_runs_the_parts_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """``RLAX_BENCH_RL_PARTS=in_flight``: the in-flight pair alone; a part that does not
+    exist is named in a clean error before anything runs."""
+    monkeypatch.setenv("RLAX_BENCH_RL_PARTS", "in_flight")
+    report = _quick_report("rl", tmp_path)
+    assert [r["name"] for r in report["results"]] == ["in-flight updates: end-to-end samples/s"]
+    assert "per_k" not in report["notes"] and "in_flight" in report["notes"]
+    monkeypatch.setenv("RLAX_BENCH_RL_PARTS", "in_flight,warp_drive")
+    suites = Path(__file__).resolve().parents[3] / "benchmarks"
+    assert main(["bench", "rl", "--quick", "--dir", str(suites)]) == 2
+    err = capsys.readouterr().err
+    assert "warp_drive" in err and "staleness, in_flight, tunix" in err
+
+
 @pytest.mark.sandbox  # the code runs start Lambda sandboxes
 def test_the_verify_stage_suite_runs_quickly(tmp_path: Path) -> None:
     """`rlax bench verify_stage --quick`: code runs on the local Lambda, and the math pair."""
