@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,36 @@ def test_a_judge_that_raises_on_one_problem_costs_that_problems_completions_only
     for rollout in results["good"]:
         text = tokenizer.decode(rollout.completion_tokens, skip_special_tokens=True)
         assert rollout.verdict == _LengthJudge().judge([{}], [text])[0]
+
+
+class _SlowJudge(_LengthJudge):
+    """The length judge, taking longer than the worker's leases last."""
+
+    def judge(self, problems, completions):
+        time.sleep(1.2)
+        return super().judge(problems, completions)
+
+
+def test_a_batch_that_outlasts_its_leases_keeps_its_groups() -> None:
+    """Sampling and judging a batch take three leases' time: the leases are renewed
+    meanwhile, so no group goes back to the queue to be sampled again, and each is
+    acked with its renewed lease."""
+    tokenizer = Tokenizer.from_dir(TOKENIZER)
+    model = init_model(QwenConfig.tiny(vocab_size=tokenizer.vocab_size))
+    transport = InProcTransport()
+    transport.parameter_store().publish(0, {n: a for n, a in flat_params(model).items()})
+    prompts, rollouts = transport.queue("prompts"), transport.queue("rollouts")
+    for i in range(2):
+        group = PromptGroup(group_id=f"g{i}", prompt_id=f"p{i}", prompt_tokens=(5, 6, 7 + i),
+                            samples_per_prompt=2)  # fmt: skip
+        prompts.put(group.group_id, group.to_bytes())
+    worker = InferenceWorker(
+        "w", model=model, tokenizer=tokenizer, judge=_SlowJudge(),
+        store=transport.parameter_store(), prompts=prompts, outbox=rollouts,
+        rollout=RolloutSection(max_new_tokens=4, groups_per_batch=2, lease_s=0.4),
+        staleness=StalenessSection(), seed=0, stop_token_ids=(),
+    )  # fmt: skip
+    assert worker.step(threading.Event())
+    stats = prompts.stats()
+    assert (stats.ready, stats.leased) == (0, 0)  # nothing came back; both acked
+    assert rollouts.stats().ready == 2

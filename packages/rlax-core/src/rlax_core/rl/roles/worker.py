@@ -30,7 +30,7 @@ from rlax_core.errors import LeaseExpiredError
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
-from rlax_core.rl.roles.loop import LeasingLoop, lease_batch
+from rlax_core.rl.roles.loop import LeasingLoop, lease_batch, renewing
 from rlax_core.rl.roles.policy_follower import PolicyFollower
 from rlax_core.rl.roles.rollout_groups import deliver, judge_completions, logprob_gaps, pack_group
 from rlax_core.types.lease import Lease
@@ -147,18 +147,23 @@ class InferenceWorker(RolloutWorker):
                 seeds.append(sample_seed(self._seed, group.group_id, j))
                 problems.append(group.problem)
         sizes = {g.samples_per_prompt for g in groups}
-        if len(sizes) == 1:  # each prompt prefilled once, its samples sharing the cache
-            unique = [list(g.prompt_tokens) for g in groups]
-            out = self._sampler.generate(
-                unique, self._sampling, seed=seeds, samples_per_prompt=sizes.pop()
-            )
-        else:
-            out = self._sampler.generate(prompts, self._sampling, seed=seeds)
-        checked = sum(g.samples_per_prompt for g in groups[: self._cfg.logprob_check_groups])
-        gaps = logprob_gaps(self._sampler, prompts[:checked], out.tokens[:checked],
-                            out.policy_logprobs[:checked], self._sampling.temperature)  # fmt: skip
-        gaps += [None] * (len(prompts) - checked)
-        verdicts = judge_completions(self._judge, self._tokenizer, problems, out.tokens)
+        # A long generation may outlast a lease: renewed meanwhile, the groups stay ours
+        # instead of going to another worker (or back to this one) to be sampled again.
+        with renewing(self._prompts, leases, self._cfg.lease_s) as leases:
+            if len(sizes) == 1:  # each prompt prefilled once, its samples sharing the cache
+                unique = [list(g.prompt_tokens) for g in groups]
+                out = self._sampler.generate(
+                    unique, self._sampling, seed=seeds, samples_per_prompt=sizes.pop()
+                )
+            else:
+                out = self._sampler.generate(prompts, self._sampling, seed=seeds)
+            checked = sum(g.samples_per_prompt for g in groups[: self._cfg.logprob_check_groups])
+            gaps = logprob_gaps(
+                self._sampler, prompts[:checked], out.tokens[:checked],
+                out.policy_logprobs[:checked], self._sampling.temperature,
+            )  # fmt: skip
+            gaps += [None] * (len(prompts) - checked)
+            verdicts = judge_completions(self._judge, self._tokenizer, problems, out.tokens)
         generation_s = time.monotonic() - started
         row = 0
         for group, lease in zip(groups, leases, strict=True):
