@@ -153,6 +153,7 @@ def run(bench: Bench) -> None:
                 label = f"{workload}, {slots} slots"
                 occupancy = stats.busy_slot_steps / (stats.steps * slots)
                 bench.notes[label] = {"engine_steps": stats.steps,
+                                      "engine_launches": stats.launches,
                                       "preemptions": stats.preemptions,
                                       "slot_occupancy": occupancy}  # fmt: skip
                 # (the row's name after "useful tokens/s", the baseline, its seconds)

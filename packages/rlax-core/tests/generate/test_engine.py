@@ -80,7 +80,43 @@ def test_compilations_are_bounded_by_the_chunk_buckets(model) -> None:
         prompts = [[rng.randrange(CONFIG.vocab_size) for _ in range(rng.randint(1, 40))]
                    for _ in range(rng.randint(1, 5))]  # fmt: skip
         engine.generate(prompts, SamplingParams(max_new_tokens=rng.randint(1, 30)), seed=n)
-    assert engine.compilations <= 3  # no chunk, and chunks of 8 and 16 positions
+    assert engine.compilations <= 4  # no chunk, chunks of 8 and 16 positions, a burst
+
+
+def test_after_warm_up_nothing_compiles(model) -> None:
+    """``warm_up`` compiles every shape a run needs: requests with none or one stop
+    token, long prompts and short, bursts and single steps, then compile nothing more."""
+    engine = Engine(model, slots=2, block_size=4, max_sequence_tokens=64, prefill_chunk=16)
+    engine.warm_up()
+    compiled = engine.compilations
+    for stops in ((), (7,)):
+        params = SamplingParams(max_new_tokens=20, temperature=1.0, stop_token_ids=stops)
+        engine.generate(PROMPTS, params, seed=2, samples_per_prompt=2)
+    assert engine.scheduler.stats.launches < engine.scheduler.stats.steps  # bursts ran
+    assert engine.compilations == compiled
+
+
+def test_a_burst_samples_what_single_steps_sample(model) -> None:
+    """Decode bursts (several steps a call, rows stopping inside one) change nothing a
+    completion holds, and call the device fewer times than there are steps."""
+    params = SamplingParams(max_new_tokens=20, temperature=1.0, stop_token_ids=(7, 11, 13))
+    budgets = [20, 3, 9, 1, 17, 5, 12, 20]
+    runs = {}
+    for burst in (1, 8):
+        engine = Engine(model, slots=3, block_size=4, max_sequence_tokens=64, prefill_chunk=8,
+                        decode_burst=burst)  # fmt: skip
+        out = engine.generate(PROMPTS, params, seed=3, samples_per_prompt=2, budgets=budgets)
+        runs[burst] = out, engine.scheduler.stats
+        assert engine.pool.used == 0
+    (single, one), (burst, eight) = runs[1], runs[8]
+    assert burst.tokens == single.tokens and burst.finish_reasons == single.finish_reasons
+    assert {"stop", "length"} <= set(burst.finish_reasons)
+    for mine, theirs in ((burst.policy_logprobs, single.policy_logprobs),
+                         (burst.behaviour_logprobs, single.behaviour_logprobs)):  # fmt: skip
+        for a, b in zip(mine, theirs, strict=True):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    assert one.launches == one.steps and eight.launches < 0.6 * eight.steps
+    assert eight.decoded_tokens == one.decoded_tokens == sum(map(len, single.tokens))
 
 
 def test_new_weights_need_no_compilation(model, engine: Engine) -> None:
@@ -104,14 +140,14 @@ def test_bad_requests_are_refused(engine: Engine) -> None:
 
 def _swap_mid_flight(model, newer, params: SamplingParams, *, recompute: bool = False):
     """Two requests of two samples on two slots, ``newer`` weights (version 1) taken
-    after six steps (and the keys recomputed, if asked); the engine and every request's
-    samples."""
+    between two steps once six tokens are sampled (and the keys recomputed, if asked);
+    the engine and every request's samples."""
     engine = Engine(model, slots=2, block_size=4, max_sequence_tokens=64, prefill_chunk=8)
     requests = [Request(i, tuple(p), seeds=(i, i + 10), max_new_tokens=10)
                 for i, p in enumerate(PROMPTS[:2])]  # fmt: skip
     engine.submit(requests, params)
     done = {}
-    for _ in range(6):
+    while engine.scheduler.stats.decoded_tokens < 6:
         done.update((r.request_id, s) for r, s in engine.step())
     engine.set_params(newer, version=1)
     if recompute:

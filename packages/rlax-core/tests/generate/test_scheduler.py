@@ -48,31 +48,52 @@ class _TokenPool:
     def _read(self, table: tuple[int, ...], length: int) -> tuple[int, ...]:
         return tuple(self.blocks[table[p // self.size]][p % self.size] for p in range(length))
 
-    def run(self, plan: StepPlan) -> list[tuple[int, float, float]]:
+    def run(self, plan: StepPlan) -> list[list[tuple[int, float, float]]]:
+        """As the engine: per decode row, each step's (token, behaviour, policy); a burst
+        runs each row until it stops or its budget ends, and ends as the engine's does."""
         for source, destination in plan.copies:
             self.blocks[destination] = list(self.blocks[source])
         if plan.prefill is not None:
             chunk = plan.prefill
             for offset, token in enumerate(chunk.tokens):
                 self._write(chunk.blocks, chunk.start + offset, token)
-        sampled = []
-        for row in plan.decode:
-            self._write(row.blocks, row.position, row.token)
-            history = self._read(row.blocks, row.position + 1)
-            assert history == row.sample.history, "the block table reads another history"
-            token = _next_token(history, row.sample.seed, len(row.sample.tokens))
-            sampled.append((token, -1.0, -2.0))
-        return sampled
+        sampled: list[list[tuple[int, float, float]]] = [[] for _ in plan.decode]
+        feeding = {i: (row.token, row.position) for i, row in enumerate(plan.decode)}
+        for _ in range(plan.steps):
+            finished = False
+            for i, (token, position) in list(feeding.items()):
+                row = plan.decode[i]
+                self._write(row.blocks, position, token)
+                history = self._read(row.blocks, position + 1)
+                assert history == (*row.sample.history, *(t for t, _, _ in sampled[i])), (
+                    "the block table reads another history"
+                )
+                index = len(row.sample.tokens) + len(sampled[i])
+                token = _next_token(history, row.sample.seed, index)
+                sampled[i].append((token, -1.0, -2.0))
+                request = row.sample.request
+                if token in request.stop_token_ids or index + 1 == request.budget(row.sample.index):
+                    del feeding[i]
+                    finished = True
+                else:
+                    feeding[i] = (token, position + 1)
+            if not feeding or (plan.until_finish and finished):
+                break
+        ran = max(map(len, sampled), default=0)
+        # The engine returns as many steps for every row; those after a row's end are noise.
+        return [draws + [(STOP + 1, 0.0, 0.0)] * (ran - len(draws)) for draws in sampled]
 
 
-def _run(scheduler: Scheduler, requests: list[Request]) -> tuple[dict, list[StepPlan]]:
+def _run(
+    scheduler: Scheduler, requests: list[Request], burst: int = 1
+) -> tuple[dict, list[StepPlan]]:
     for request in requests:
         scheduler.add(request)
     engine = _TokenPool(scheduler.pool)
     done: dict = {}
     plans = []
     while not scheduler.idle:
-        plan = scheduler.plan()
+        plan = scheduler.plan(burst)
         plans.append(plan)
         for request, samples in scheduler.commit(plan, engine.run(plan)):
             done[request.request_id] = samples
@@ -103,10 +124,11 @@ def _completions(done: dict) -> dict:
     return {rid: [tuple(s.tokens) for s in samples] for rid, samples in done.items()}
 
 
-def test_every_sample_completes_as_it_would_alone() -> None:
+@pytest.mark.parametrize("burst", [1, 5])
+def test_every_sample_completes_as_it_would_alone(burst: int) -> None:
     requests = _requests(12)
     scheduler = _scheduler()
-    done, _ = _run(scheduler, requests)
+    done, plans = _run(scheduler, requests, burst)
     for request in requests:
         samples = done[request.request_id]
         assert [s.index for s in samples] == [0, 1, 2]
@@ -118,6 +140,9 @@ def test_every_sample_completes_as_it_would_alone() -> None:
             assert sample.policy_logprobs == [-2.0] * len(sample.tokens)
     assert scheduler.pool.used == 0, "blocks leaked"
     assert scheduler.stats.preemptions == 0
+    bursts = [p for p in plans if p.steps > 1]
+    assert bool(bursts) == (burst > 1) and all(p.prefill is None for p in bursts)
+    assert scheduler.stats.launches == len(plans) < scheduler.stats.steps + (burst == 1)
 
 
 def test_completions_do_not_depend_on_order_or_slots() -> None:
@@ -128,11 +153,12 @@ def test_completions_do_not_depend_on_order_or_slots() -> None:
         assert _completions(_run(_scheduler(slots=slots), shuffled)[0]) == reference
 
 
-def test_a_small_pool_preempts_and_recomputes() -> None:
+@pytest.mark.parametrize("burst", [1, 4])
+def test_a_small_pool_preempts_and_recomputes(burst: int) -> None:
     requests = _requests(10, seed=3)
     reference = _completions(_run(_scheduler(), requests)[0])
     scheduler = _scheduler(slots=6, blocks=16)
-    done, _ = _run(scheduler, requests)
+    done, _ = _run(scheduler, requests, burst)
     assert _completions(done) == reference
     assert scheduler.stats.preemptions > 0
     assert scheduler.stats.admission_waits > 0

@@ -182,10 +182,11 @@ def test_the_status_shows_the_engine_and_the_trainer_sums_it(model, tokenizer) -
     engine = status["engine"]
     assert engine["slots"] == 3 and 0 < engine["running"] <= 3
     assert engine["tokens_in_flight"] > 0 and engine["kv_blocks_used"] > 0
-    assert 0 < engine["slot_occupancy"] <= 1
+    assert 0 < engine["slot_occupancy"] <= 1 and engine["steps_per_launch"] >= 1
     metrics = engine_metrics([status, status, {"role": "worker"}, {"role": "trainer"}])
     assert metrics["rollout_engine/running"] == 2 * engine["running"]
     assert metrics["rollout_engine/slot_occupancy"] == pytest.approx(engine["slot_occupancy"])
+    assert metrics["rollout_engine/steps_per_launch"] == pytest.approx(engine["steps_per_launch"])
     assert engine_metrics([{"role": "worker", "throughput": {}}]) == {}
 
 
@@ -209,8 +210,10 @@ def test_in_flight_updates_swap_weights_mid_completion(model, tokenizer) -> None
     record two versions, the group's version is the oldest, and the batch the trainer
     builds pairs every token with its own behaviour log-probability."""
     transport = _setup(model, 1)
-    worker = _worker(StreamingWorker, model, tokenizer, transport, stop=(), engine=_engine(),
-                     in_flight_updates=True, max_new_tokens=16)  # fmt: skip
+    # Bursts of two decode steps: six steps leave each completion under way.
+    worker = _worker(StreamingWorker, model, tokenizer, transport, stop=(),
+                     engine=_engine(decode_burst=2), in_flight_updates=True,
+                     max_new_tokens=16)  # fmt: skip
     for _ in range(6):
         worker.step(threading.Event())
     assert worker.version == 0 and worker.groups_done == 0
@@ -249,8 +252,8 @@ def test_recompute_on_swap_prefills_the_sequences_in_flight_again(model, tokeniz
     with the new weights, within 1e-5)."""
     transport = _setup(model, 1)
     worker = _worker(StreamingWorker, model, tokenizer, transport, stop=(),
-                     engine=_engine(recompute_on_swap=True), in_flight_updates=True,
-                     max_new_tokens=16)  # fmt: skip
+                     engine=_engine(recompute_on_swap=True, decode_burst=2),
+                     in_flight_updates=True, max_new_tokens=16)  # fmt: skip
     for _ in range(6):
         worker.step(threading.Event())
     newer = {n: np.asarray(a) * 1.5 for n, a in flat_params(model).items()}

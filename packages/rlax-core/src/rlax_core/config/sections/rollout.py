@@ -38,6 +38,14 @@ class EngineSection(Section):
         description="paged: most prompt positions prefilled in one step, beside the decoding "
         "sequences (a long prompt never stalls them for its whole length).",
     )
+    decode_burst: int = Field(
+        default=8,
+        ge=1,
+        le=1024,
+        description="paged: most decode steps run in one call to the device while no prompt "
+        "is being prefilled (the host's bookkeeping is paid once per burst; a burst ends "
+        "when a sequence finishes and other work waits for its slot). 1: a call per token.",
+    )
     max_prompt_tokens: int = Field(
         default=2048,
         ge=1,

@@ -7,8 +7,15 @@ the next one at the next step, so long and short completions share the machine w
 a batch waiting for its longest row. :mod:`rlax_core.generate.paged.scheduler` decides
 each step's work; this module turns it into arrays and runs it.
 
+While no prompt is being prefilled, a call runs a burst of up to ``decode_burst`` decode
+steps on the device (a loop inside one jitted function), each feeding the tokens the
+one before sampled, so the host's bookkeeping and the round trip to the device are paid
+once per burst, not once per token; the burst ends as soon as a sequence finishes and
+other work waits for its slot.
+
 Shapes are static: a step compiles once per prefill-chunk bucket (a power of two up to
-``prefill_chunk``, or none), however the requests vary. Keys and values live in one
+``prefill_chunk``, or none), and a burst once (per power of two of stop tokens a
+request names), however the requests vary. Keys and values live in one
 pool of blocks per layer, so memory follows the tokens in flight, not slots × the
 longest sequence.
 
@@ -52,6 +59,8 @@ class Engine:
             every slot at ``max_sequence_tokens``, which never preempts); less memory
             means admission waits and preemptions when many long sequences meet.
         prefill_chunk: the most prompt positions prefilled in one step.
+        decode_burst: the most decode steps run in one call to the device (1: one at a
+            time).
         pad_token_id: the token fed to idle slots.
         attention: the paged attention (a kernel may replace the JAX one).
     """
@@ -65,9 +74,12 @@ class Engine:
         max_sequence_tokens: int = 4096,
         kv_tokens: int | None = None,
         prefill_chunk: int = 128,
+        decode_burst: int = 8,
         pad_token_id: int = 0,
         attention: PagedAttention = paged_attention,
     ) -> None:
+        if decode_burst < 1:
+            raise ValueError(f"decode_burst must be at least 1, got {decode_burst}")
         self.config = model.config
         self._graphdef, state = nnx.split(model)
         self._use(state)
@@ -87,8 +99,11 @@ class Engine:
                     for _ in range(c.num_layers)]  # fmt: skip
         self._knobs = (np.float32(1.0), np.int32(0), np.float32(1.0))
         self.version = 0  # the policy version of the weights, recorded with every token
+        self.decode_burst = decode_burst
+        self._stop_width = 1  # stop tokens per row a burst checks (a power of two)
         self._traces = 0
         self._step = jax.jit(self._step_impl, donate_argnums=1)
+        self._burst = jax.jit(self._burst_impl, donate_argnums=1)
 
     @property
     def compilations(self) -> int:
@@ -201,6 +216,9 @@ class Engine:
             self.scheduler.check(request)
         for request in requests:
             self.scheduler.add(request)
+            stops = len(request.stop_token_ids)
+            if stops > self._stop_width:  # a power of two: few widths, few compilations
+                self._stop_width = 1 << (stops - 1).bit_length()
         self._knobs = knobs
 
     def step(self) -> list[tuple[Request, list[Sample]]]:
@@ -208,7 +226,7 @@ class Engine:
         samples have all finished, each with its samples in order."""
         if self.scheduler.idle:
             return []
-        plan = self.scheduler.plan()
+        plan = self.scheduler.plan(self.decode_burst)
         return self.scheduler.commit(plan, self.run(plan), self.version)
 
     @property
@@ -229,9 +247,14 @@ class Engine:
                     (self._pad,) * n, 0, (SCRATCH_BLOCK,) * self.pool.blocks_for(n)
                 )
             self.run(StepPlan(copies=(), decode=(), prefill=chunk))
+        if self.decode_burst > 1:
+            self.run(StepPlan(copies=(), decode=(), prefill=None, steps=self.decode_burst))
 
-    def run(self, plan: StepPlan) -> list[tuple[int, float, float]]:
-        """Runs one planned step; returns (token, behaviour, policy log-prob) per decode row."""
+    def run(self, plan: StepPlan) -> list[list[tuple[int, float, float]]]:
+        """Runs one planned step (or burst); returns per decode row the (token, behaviour,
+        policy log-prob) of each decode step it ran."""
+        if plan.steps > 1:
+            return self._run_burst(plan)
         slots, size = self.slots, self.block_size
         chunk = 0 if plan.prefill is None else _chunk_bucket(len(plan.prefill.tokens))
         tokens = np.full(slots + chunk, self._pad, np.int32)
@@ -265,7 +288,40 @@ class Engine:
             decode_tables, chunk_table, copies, seeds, indices, *self._knobs,
         )  # fmt: skip
         sampled, behaviour, policy = jax.device_get(out)
-        return [(sampled[r.slot], behaviour[r.slot], policy[r.slot]) for r in plan.decode]
+        return [[(sampled[r.slot], behaviour[r.slot], policy[r.slot])] for r in plan.decode]
+
+    def _run_burst(self, plan: StepPlan) -> list[list[tuple[int, float, float]]]:
+        if plan.steps != self.decode_burst:
+            raise ValueError(f"a burst of {plan.steps} steps; this engine runs {self.decode_burst}")
+        slots = self.slots
+        tokens = np.full(slots, self._pad, np.int32)
+        positions = np.full(slots, -1, np.int32)
+        tables = np.full((slots, self.max_blocks), SCRATCH_BLOCK, np.int32)
+        seeds = np.zeros(slots, np.uint32)
+        indices = np.zeros(slots, np.int32)
+        left = np.ones(slots, np.int32)
+        stops = np.full((slots, self._stop_width), -1, np.int32)
+        for row in plan.decode:
+            i, sample = row.slot, row.sample
+            tokens[i], positions[i] = row.token, row.position
+            tables[i, : len(row.blocks)] = row.blocks
+            seeds[i], indices[i] = sample.seed, len(sample.tokens)
+            left[i] = sample.request.budget(sample.index) - len(sample.tokens)
+            stop = sorted(sample.request.stop_token_ids)
+            stops[i, : len(stop)] = stop
+        copies = np.full((slots, 2), SCRATCH_BLOCK, np.int32)
+        if plan.copies:
+            copies[: len(plan.copies)] = plan.copies
+        self._kv, *out = self._burst(
+            self._leaves, self._kv, tokens, positions, tables, copies, seeds, indices, left,
+            stops, np.bool_(plan.until_finish), *self._knobs,
+        )  # fmt: skip
+        ran, sampled, behaviour, policy = jax.device_get(out)
+        return [
+            list(zip(sampled[:ran, r.slot], behaviour[:ran, r.slot], policy[:ran, r.slot],
+                     strict=True))
+            for r in plan.decode
+        ]  # fmt: skip
 
     def _step_impl(
         self,
@@ -288,12 +344,81 @@ class Engine:
         the decode rows' next tokens sampled."""
         self._traces += 1  # runs once per trace: counts compilations
         model = nnx.merge(self._graphdef, jax.tree.unflatten(self._treedef, leaves))
+        kv = _copy_blocks(kv, copies)
+        kv, logits = self._forward(model, kv, tokens, positions, write_blocks, write_offsets,
+                                   decode_tables, chunk_table)  # fmt: skip
+        token, behaviour, policy = choose(logits, draws(seeds, indices), temperature, top_k, top_p)
+        return kv, token, behaviour, policy
+
+    def _burst_impl(
+        self,
+        leaves: list[jax.Array],
+        kv: list[tuple[jax.Array, jax.Array]],
+        tokens: jax.Array,
+        positions: jax.Array,
+        tables: jax.Array,
+        copies: jax.Array,
+        seeds: jax.Array,
+        indices: jax.Array,
+        left: jax.Array,
+        stops: jax.Array,
+        until_finish: jax.Array,
+        temperature: jax.Array,
+        top_k: jax.Array,
+        top_p: jax.Array,
+    ) -> tuple:
+        """Up to ``decode_burst`` decode steps, each row feeding what it sampled in the
+        one before; a row stops at a stop token or when its ``left`` tokens are sampled
+        (its later steps write to the scratch block and see nothing). Returns the steps
+        run and, per step and row, the token and its log-probabilities."""
+        self._traces += 1
+        model = nnx.merge(self._graphdef, jax.tree.unflatten(self._treedef, leaves))
+        kv = _copy_blocks(kv, copies)
+        steps, slots, size = self.decode_burst, tokens.shape[0], self.block_size
+        out = (jnp.zeros((steps, slots), jnp.int32), jnp.zeros((steps, slots), jnp.float32),
+               jnp.zeros((steps, slots), jnp.float32))  # fmt: skip
+
+        def running(carry: tuple) -> jax.Array:
+            t, _, _, _, active, finished, _ = carry
+            return (t < steps) & jnp.any(active) & ~(until_finish & finished)
+
+        def decode(carry: tuple) -> tuple:
+            t, kv, tokens, positions, active, finished, out = carry
+            at = jnp.where(active, positions, -1)
+            block = jnp.take_along_axis(tables, (jnp.maximum(at, 0) // size)[:, None], 1)[:, 0]
+            kv, logits = self._forward(
+                model, kv, tokens, at, jnp.where(active, block, SCRATCH_BLOCK),
+                jnp.where(active, at % size, 0), tables, None,
+            )  # fmt: skip
+            drawn = choose(logits, draws(seeds, indices + t), temperature, top_k, top_p)
+            out = tuple(o.at[t].set(d) for o, d in zip(out, drawn, strict=True))
+            token = drawn[0]
+            done = active & ((t + 1 >= left) | jnp.any(token[:, None] == stops, axis=1))
+            return (t + 1, kv, token, positions + 1, active & ~done,
+                    finished | jnp.any(done), out)  # fmt: skip
+
+        start = (jnp.int32(0), kv, tokens, positions, positions >= 0, jnp.bool_(False), out)
+        ran, kv, _, _, _, _, out = jax.lax.while_loop(running, decode, start)
+        return kv, ran, *out
+
+    def _forward(
+        self,
+        model: Qwen,
+        kv: list[tuple[jax.Array, jax.Array]],
+        tokens: jax.Array,
+        positions: jax.Array,
+        write_blocks: jax.Array,
+        write_offsets: jax.Array,
+        decode_tables: jax.Array,
+        chunk_table: jax.Array | None,
+    ) -> tuple:
+        """The model over one step's tokens (the decode rows', then a prefill chunk's):
+        their keys written into the pools, attention read from them; the new pools and
+        the decode rows' logits."""
         c = self.config
         slots = decode_tables.shape[0]
         chunk = tokens.shape[0] - slots
         scale = c.head_dim**-0.5
-        source, destination = copies[:, 0], copies[:, 1]
-        kv = [(k.at[destination].set(k[source]), v.at[destination].set(v[source])) for k, v in kv]
         rope = rope_tables(jnp.maximum(positions, 0)[None], c.head_dim, c.rope_theta)
         x = model.model.embed_tokens(tokens[None])
         written = []
@@ -312,9 +437,13 @@ class Engine:
                 attended = jnp.concatenate([attended, prefilled], axis=0)
             x = layer.finish(x, attention.output(attended[None]))
             written.append((k_pool, v_pool))
-        logits = model.logits_from_hidden(model.model.norm(x[:, :slots]))[0]
-        token, behaviour, policy = choose(logits, draws(seeds, indices), temperature, top_k, top_p)
-        return written, token, behaviour, policy
+        return written, model.logits_from_hidden(model.model.norm(x[:, :slots]))[0]
+
+
+def _copy_blocks(kv: list[tuple[jax.Array, jax.Array]], copies: jax.Array) -> list:
+    """Each pool with blocks ``copies[:, 0]`` copied onto ``copies[:, 1]``."""
+    source, destination = copies[:, 0], copies[:, 1]
+    return [(k.at[destination].set(k[source]), v.at[destination].set(v[source])) for k, v in kv]
 
 
 def _chunk_bucket(positions: int) -> int:

@@ -18,6 +18,11 @@ waits while blocks are short. Both are counted. New weights may drop every key a
 value computed (:meth:`Scheduler.recompute`): each sequence is prefilled again from its
 history in the same way, and each prefilled prompt from its prompt.
 
+A step without a prefill chunk may be a burst of several decode steps run on the
+device in one call (``burst``): each running sample gets blocks for its next positions
+up front, and the burst ends early once every sample has finished, or once one has and
+other work waits for its slot. A burst samples exactly what as many single steps would.
+
 This module only keeps the books; :mod:`rlax_core.generate.paged.engine` turns a
 :class:`StepPlan` into arrays and runs it. A completion depends only on its request and
 its sample index (the engine draws its randomness from the sequence's seed and the
@@ -148,18 +153,27 @@ class PrefillChunk:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """One engine step: block copies first, then the decode rows and the prefill chunk."""
+    """One engine step: block copies first, then the decode rows and the prefill chunk.
+
+    ``steps`` > 1 (never with a prefill chunk): a burst of up to that many decode steps,
+    each row feeding the token it sampled in the one before, its blocks reserved for
+    them; it ends early when every row has finished, or, with ``until_finish``, when
+    one has (other work waits for its slot).
+    """
 
     copies: tuple[tuple[int, int], ...]
     decode: tuple[DecodeRow, ...]
     prefill: PrefillChunk | None
+    steps: int = 1
+    until_finish: bool = False
 
 
 @dataclass
 class SchedulerStats:
     """Counters of a scheduler's life."""
 
-    steps: int = 0
+    steps: int = 0  # decode steps (a burst's each counted)
+    launches: int = 0  # calls to the device: single steps and bursts
     preemptions: int = 0
     admission_waits: int = 0  # steps in which ready work waited for blocks
     decoded_tokens: int = 0
@@ -250,8 +264,10 @@ class Scheduler:
         """History tokens of every running sequence."""
         return sum(s.position + 1 for s in self._running if s is not None)
 
-    def plan(self) -> StepPlan:
-        """The next step's work (call :meth:`commit` with what it sampled)."""
+    def plan(self, burst: int = 1) -> StepPlan:
+        """The next step's work (call :meth:`commit` with what it sampled): a burst of
+        up to ``burst`` decode steps when no prompt is being prefilled and the pool has
+        the blocks for them, else one step."""
         self._plan_decode()  # blocks for the running samples before new ones take any
         waited = self._fill_slots()
         decode = self._plan_decode()
@@ -265,32 +281,44 @@ class Scheduler:
                 "the scheduler can make no progress: every queued sequence waits for KV "
                 "blocks and nothing runs that could free them; make the pool larger"
             )
-        self.stats.steps += 1
-        self.stats.busy_slot_steps += len(decode)
+        self.stats.launches += 1
+        if burst > 1 and prefill is None and decode and self._reserve(burst):
+            return StepPlan(copies=copies, decode=tuple(self._rows()), prefill=None,
+                            steps=burst, until_finish=not self._all_running())  # fmt: skip
         return StepPlan(copies=copies, decode=tuple(decode), prefill=prefill)
 
     def commit(
-        self, plan: StepPlan, sampled: Sequence[tuple[int, float, float]], version: int = 0
+        self,
+        plan: StepPlan,
+        sampled: Sequence[Sequence[tuple[int, float, float]]],
+        version: int = 0,
     ) -> list[tuple[Request, list[Sample]]]:
-        """Takes a step's samples (token, behaviour and policy log-probability per decode
-        row, in the plan's order) and the policy version that drew them; returns the
-        requests whose samples have all finished."""
+        """Takes what a step sampled (per decode row, in the plan's order, the (token,
+        behaviour and policy log-probability) of each decode step it ran; a row's draws
+        after it finished are ignored) and the policy version that drew them; returns
+        the requests whose samples have all finished."""
         if len(sampled) != len(plan.decode):
             raise ValueError(f"{len(plan.decode)} decode rows, {len(sampled)} samples")
         finished: list[tuple[Request, list[Sample]]] = []
-        for row, (token, behaviour, policy) in zip(plan.decode, sampled, strict=True):
+        self.stats.steps += max(1, max(map(len, sampled), default=1))
+        for row, draws in zip(plan.decode, sampled, strict=True):
             sample = row.sample
-            sample.tokens.append(int(token))
-            sample.behaviour_logprobs.append(float(behaviour))
-            sample.policy_logprobs.append(float(policy))
-            sample.versions.append(version)
-            self.stats.decoded_tokens += 1
-            request = sample.request
-            if int(token) in request.stop_token_ids:
-                sample.finish_reason = "stop"
-            elif len(sample.tokens) == request.budget(sample.index):
-                sample.finish_reason = "length"
-            else:
+            for token, behaviour, policy in draws:
+                sample.tokens.append(int(token))
+                sample.behaviour_logprobs.append(float(behaviour))
+                sample.policy_logprobs.append(float(policy))
+                sample.versions.append(version)
+                self.stats.decoded_tokens += 1
+                self.stats.busy_slot_steps += 1
+                request = sample.request
+                if int(token) in request.stop_token_ids:
+                    sample.finish_reason = "stop"
+                elif len(sample.tokens) == request.budget(sample.index):
+                    sample.finish_reason = "length"
+                else:
+                    continue
+                break
+            if sample.finish_reason is None:
                 continue
             self._running[row.slot] = None
             sample.slot = None
@@ -350,11 +378,41 @@ class Scheduler:
                     self._preempt(max(running, key=lambda s: s.age))
                     if sample.slot is None:
                         break
+        return self._rows()
+
+    def _rows(self) -> list[DecodeRow]:
         return [
-            DecodeRow(slot, s, s.history[-1], s.position, tuple(s.blocks))
+            DecodeRow(slot, s, s.tokens[-1] if s.tokens else s.request.prompt[-1],
+                      s.position, tuple(s.blocks))
             for slot, s in enumerate(self._running)
             if s is not None
-        ]
+        ]  # fmt: skip
+
+    def _reserve(self, burst: int) -> bool:
+        """Blocks for each running sample's next ``burst`` positions (fewer where its
+        budget ends first); False, and nothing taken, if the pool has too few."""
+        size = self.pool.block_size
+        needed = []
+        for sample in self._running:
+            if sample is None:
+                continue
+            left = sample.request.budget(sample.index) - len(sample.tokens)
+            furthest = sample.position + min(burst, left) - 1
+            needed.append((sample, furthest // size + 1 - len(sample.blocks)))
+        if sum(max(0, n) for _, n in needed) > self.pool.free:
+            return False
+        for sample, n in needed:
+            if n > 0:
+                blocks = self.pool.allocate(n)
+                assert blocks is not None
+                sample.blocks.extend(blocks)
+        return True
+
+    def _all_running(self) -> bool:
+        """Nothing waits for a slot: no queued, preempted, resumable, ready or
+        prefilling work."""
+        return not (self._waiting or self._preempted or self._resumable or self._ready
+                    or self._stale or self._prefill)  # fmt: skip
 
     def _preempt(self, sample: Sample, *, counted: bool = True) -> None:
         """Frees ``sample``'s slot (if it runs) and blocks; it is prefilled again later.

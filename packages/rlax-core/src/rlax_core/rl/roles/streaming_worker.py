@@ -55,7 +55,8 @@ def engine_for(model: Qwen, rollout: RolloutSection, *, pad_token_id: int) -> En
     return Engine(
         model, slots=cfg.slots, block_size=cfg.block_size,
         max_sequence_tokens=cfg.max_prompt_tokens + rollout.max_new_tokens,
-        kv_tokens=cfg.kv_tokens, prefill_chunk=cfg.prefill_chunk, pad_token_id=pad_token_id,
+        kv_tokens=cfg.kv_tokens, prefill_chunk=cfg.prefill_chunk,
+        decode_burst=cfg.decode_burst, pad_token_id=pad_token_id,
     )  # fmt: skip
 
 
@@ -98,6 +99,7 @@ class StreamingWorker(RolloutWorker):
         status["engine"] = {
             "slots": slots, "running": scheduler.running,
             "slot_occupancy": stats.busy_slot_steps / max(1, stats.steps * slots),
+            "steps_per_launch": stats.steps / max(1, stats.launches),
             "tokens_in_flight": scheduler.tokens_in_flight, "kv_blocks_used": pool.used,
             "kv_blocks": pool.capacity, "preemptions": stats.preemptions,
             "admission_waits": stats.admission_waits, "recomputed": stats.recomputed,
@@ -245,16 +247,16 @@ class StreamingWorker(RolloutWorker):
 
 def engine_metrics(statuses: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """The trainer's ``rollout_engine/*`` metrics from its workers' status files: sums
-    over the streaming workers, and their mean slot occupancy ({} if there are none)."""
+    over the streaming workers, and their mean slot occupancy and decode steps per call
+    to the device ({} if there are none)."""
     engines = [s for s in statuses if s.get("role") == "worker" and "engine" in s]
     if not engines:
         return {}
     summed = ("running", "tokens_in_flight", "kv_blocks_used", "kv_blocks", "preemptions",
               "admission_waits", "recomputed", "groups_in_flight")  # fmt: skip
     total = {k: float(sum(s["engine"].get(k, 0) for s in engines)) for k in summed}
-    total["slot_occupancy"] = sum(s["engine"].get("slot_occupancy", 0.0) for s in engines) / len(
-        engines
-    )
+    for mean in ("slot_occupancy", "steps_per_launch"):
+        total[mean] = sum(s["engine"].get(mean, 0.0) for s in engines) / len(engines)
     total["useful_tokens_per_s"] = float(
         sum((s.get("throughput") or {}).get("useful_tokens_per_s", 0.0) for s in engines)
     )
