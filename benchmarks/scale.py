@@ -16,6 +16,10 @@ on a small machine each 1,024-token step takes minutes.
 * RSS after the last step ÷ RSS after step 3 (a leak grows it), beside 1;
 * checkpoint wait per step after the first, beside the step's time;
 * the worst bf16 log-probability gap between sampler and trainer, beside fp32's;
+* the floor under that gap, named by what removes it: the worker's check (a batch of 2 ×
+  4 samples at 256 new tokens, sampled and teacher-forced, in this process after the
+  runs) with bf16 parameters and activations, beside fp32; and with bf16 parameters and
+  fp32 activations (``model.activation_dtype: float32``), beside all-bf16;
 * the training step's FLOP/s (XLA's cost analysis of the compiled micro-steps, remat's
   recomputation included, over ``time/train_s``), beside the machine's fp32
   matrix-product rate measured in this process between the runs (the 0.5B MLP's
@@ -44,8 +48,10 @@ import yaml
 
 from benchmarks import generate
 from rlax_core.bench import Bench
+from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.models import init_model
 from rlax_core.models.qwen.config import QwenConfig
+from rlax_core.rl.roles.rollout_groups import logprob_gaps
 from rlax_core.run_dir.metrics import read_metrics
 from rlax_core.testing.run_configs import small_run_config
 
@@ -177,6 +183,39 @@ def _record_decode(bench: Bench, config: dict[str, Any], *, quick: bool) -> None
     generate.record_weight_reads(bench, label, model, batch, {"rlax": decode})
 
 
+def _check_gap(config: QwenConfig, tokens: int) -> float:
+    """The worst gap of the worker's log-probability check on one batch of ``config``."""
+    sampler = Sampler(init_model(config, seed=0))
+    prompts = np.random.default_rng(0).integers(0, config.vocab_size, (2, 64)).tolist()
+    params = SamplingParams(max_new_tokens=tokens, temperature=1.0)
+    out = sampler.generate(prompts, params, seed=0, samples_per_prompt=4)
+    rows = [prompt for prompt in prompts for _ in range(4)]
+    return max(logprob_gaps(sampler, rows, out.tokens, out.policy_logprobs, 1.0))
+
+
+def _record_gap_floor(bench: Bench, *, quick: bool) -> None:
+    """What sets the bf16 gap: removed by fp32 activations alone, it is their rounding."""
+    base = QwenConfig.tiny() if quick else QwenConfig.preset(PRESET)
+    tokens = 16 if quick else 256
+    gaps = {
+        (weights, compute): _check_gap(base.replace(param_dtype=weights, dtype=compute), tokens)
+        for weights, compute in (("float32", "float32"), ("bfloat16", "bfloat16"),
+                                 ("bfloat16", "float32"))
+    }  # fmt: skip
+    bench.record(
+        f"worker's logprob check, bf16, {tokens} tokens", subject=gaps[("bfloat16", "bfloat16")],
+        baseline=gaps[("float32", "float32")], unit="nats", higher_is_better=False,
+        baseline_label="fp32",
+    )  # fmt: skip
+    bench.record(
+        f"worker's logprob check, bf16 weights and fp32 activations, {tokens} tokens",
+        subject=gaps[("bfloat16", "float32")], baseline=gaps[("bfloat16", "bfloat16")],
+        unit="nats", higher_is_better=False, baseline_label="bf16 weights and activations",
+    )  # fmt: skip
+    bench.notes["gap_floor"] = {"parameters": base.num_params(), "new_tokens": tokens,
+                                "samples": 8}  # fmt: skip
+
+
 def _plot(samples: list[tuple[float, int]], title: str, out: Path) -> None:
     import matplotlib
 
@@ -263,6 +302,7 @@ def run(bench: Bench) -> None:
             "logprob_gap_max": gaps[(dtype, tokens)],
             "rss_png": str(png),
         }  # fmt: skip
+    _record_gap_floor(bench, quick=quick)
     for dtype in sorted({d for d, _ in runs}):
         _record_decode(bench, _config(dtype=dtype, tokens=1, steps=1, quick=quick), quick=quick)
     for tokens in sorted({t for _, t in runs}):

@@ -139,7 +139,7 @@ def test_the_scale_suite_runs_quickly(tmp_path: Path) -> None:
     """`rlax bench scale --quick`: fp32 and bf16 runs of the test model, memory from outside."""
     report = _quick_report("scale", tmp_path)
     names = [r["name"] for r in report["results"]]
-    assert names[-1] == "bf16 logprob gap, 16 tokens" and len(names) == 13
+    assert names[-1] == "bf16 logprob gap, 16 tokens" and len(names) == 15
     for dtype in ("float32", "bfloat16"):  # the decode's weight reads, beside their ceiling
         assert f"tiny {dtype} batch 8 decode weight reads vs the same products alone" in names
     for label in ("float32 16 tokens", "bfloat16 16 tokens"):
@@ -149,8 +149,14 @@ def test_the_scale_suite_runs_quickly(tmp_path: Path) -> None:
         assert budget["adamw_moments"] == 2 * budget["parameters"] > 0 < budget["kv_cache"]
         assert len(notes["rss_gib_by_step"]) == 4
         assert Path(notes["rss_png"]).stat().st_size > 5_000
-    gap = {r["name"]: r for r in report["results"]}["bf16 logprob gap, 16 tokens"]
+    rows = {r["name"]: r for r in report["results"]}
+    gap = rows["bf16 logprob gap, 16 tokens"]
     assert gap["baseline"] < 1e-5 < gap["subject"] < 8e-3  # fp32 agrees; bf16 within its bound
+    # The floor: the worker's check in bf16, gone with fp32 activations over bf16 weights.
+    check = rows["worker's logprob check, bf16, 16 tokens"]
+    assert check["baseline"] < 1e-5 < check["subject"]
+    floor = rows["worker's logprob check, bf16 weights and fp32 activations, 16 tokens"]
+    assert floor["subject"] < 1e-5 and floor["baseline"] == check["subject"]
 
 
 def test_the_rollout_suite_runs_quickly(tmp_path: Path) -> None:
