@@ -31,24 +31,31 @@ class _LengthJudge(Judge):
         ]  # fmt: skip
 
 
-@pytest.mark.parametrize("checked", [0, 1, 3])
-def test_the_worker_rescores_the_configured_groups_of_each_batch(checked: int) -> None:
+def _worker(groups: list[PromptGroup], judge: Judge, **rollout) -> tuple:
+    """A worker over the real in-process store (version 0 of a tiny model) and queues,
+    ``groups`` queued; (worker, prompts, rollouts, tokenizer)."""
     tokenizer = Tokenizer.from_dir(TOKENIZER)
     model = init_model(QwenConfig.tiny(vocab_size=tokenizer.vocab_size))
     transport = InProcTransport()
     transport.parameter_store().publish(0, {n: a for n, a in flat_params(model).items()})
     prompts, rollouts = transport.queue("prompts"), transport.queue("rollouts")
-    for i in range(3):
-        group = PromptGroup(group_id=f"g{i}", prompt_id=f"p{i}", prompt_tokens=(5, 6, 7 + i),
-                            samples_per_prompt=2)  # fmt: skip
+    for group in groups:
         prompts.put(group.group_id, group.to_bytes())
     worker = InferenceWorker(
-        "w", model=model, tokenizer=tokenizer, judge=_LengthJudge(),
+        "w", model=model, tokenizer=tokenizer, judge=judge,
         store=transport.parameter_store(), prompts=prompts, outbox=rollouts,
-        rollout=RolloutSection(max_new_tokens=4, groups_per_batch=3,
-                               logprob_check_groups=checked),
+        rollout=RolloutSection(max_new_tokens=4, **rollout),
         staleness=StalenessSection(), seed=0, stop_token_ids=(),
     )  # fmt: skip
+    return worker, prompts, rollouts, tokenizer
+
+
+@pytest.mark.parametrize("checked", [0, 1, 3])
+def test_the_worker_rescores_the_configured_groups_of_each_batch(checked: int) -> None:
+    groups = [PromptGroup(group_id=f"g{i}", prompt_id=f"p{i}", prompt_tokens=(5, 6, 7 + i),
+                          samples_per_prompt=2) for i in range(3)]  # fmt: skip
+    worker, _, rollouts, _ = _worker(groups, _LengthJudge(), groups_per_batch=3,
+                                     logprob_check_groups=checked)  # fmt: skip
     assert worker.step(threading.Event())
     results = {}
     while (lease := rollouts.get(30.0, timeout=0)) is not None:
@@ -71,22 +78,10 @@ class _BrittleJudge(_LengthJudge):
 
 
 def test_a_judge_that_raises_on_one_problem_costs_that_problems_completions_only() -> None:
-    tokenizer = Tokenizer.from_dir(TOKENIZER)
-    model = init_model(QwenConfig.tiny(vocab_size=tokenizer.vocab_size))
-    transport = InProcTransport()
-    transport.parameter_store().publish(0, {n: a for n, a in flat_params(model).items()})
-    prompts, rollouts = transport.queue("prompts"), transport.queue("rollouts")
-    for gid, answer in (("bad", "1e999999"), ("good", "7")):
-        problem = {"kind": "math", "answer": answer}
-        group = PromptGroup(group_id=gid, prompt_id=gid, prompt_tokens=(5, 6, 7),
-                            samples_per_prompt=2, problem=problem)  # fmt: skip
-        prompts.put(gid, group.to_bytes())
-    worker = InferenceWorker(
-        "w", model=model, tokenizer=tokenizer, judge=_BrittleJudge(),
-        store=transport.parameter_store(), prompts=prompts, outbox=rollouts,
-        rollout=RolloutSection(max_new_tokens=4, groups_per_batch=2),
-        staleness=StalenessSection(), seed=0, stop_token_ids=(),
-    )  # fmt: skip
+    groups = [PromptGroup(group_id=gid, prompt_id=gid, prompt_tokens=(5, 6, 7),
+                          samples_per_prompt=2, problem={"kind": "math", "answer": answer})
+              for gid, answer in (("bad", "1e999999"), ("good", "7"))]  # fmt: skip
+    worker, _, rollouts, tokenizer = _worker(groups, _BrittleJudge(), groups_per_batch=2)
     assert worker.step(threading.Event())  # no exception: the worker lives on
     results = {}
     while (lease := rollouts.get(30.0, timeout=0)) is not None:
@@ -112,21 +107,9 @@ def test_a_batch_that_outlasts_its_leases_keeps_its_groups() -> None:
     """Sampling and judging a batch take three leases' time: the leases are renewed
     meanwhile, so no group goes back to the queue to be sampled again, and each is
     acked with its renewed lease."""
-    tokenizer = Tokenizer.from_dir(TOKENIZER)
-    model = init_model(QwenConfig.tiny(vocab_size=tokenizer.vocab_size))
-    transport = InProcTransport()
-    transport.parameter_store().publish(0, {n: a for n, a in flat_params(model).items()})
-    prompts, rollouts = transport.queue("prompts"), transport.queue("rollouts")
-    for i in range(2):
-        group = PromptGroup(group_id=f"g{i}", prompt_id=f"p{i}", prompt_tokens=(5, 6, 7 + i),
-                            samples_per_prompt=2)  # fmt: skip
-        prompts.put(group.group_id, group.to_bytes())
-    worker = InferenceWorker(
-        "w", model=model, tokenizer=tokenizer, judge=_SlowJudge(),
-        store=transport.parameter_store(), prompts=prompts, outbox=rollouts,
-        rollout=RolloutSection(max_new_tokens=4, groups_per_batch=2, lease_s=0.4),
-        staleness=StalenessSection(), seed=0, stop_token_ids=(),
-    )  # fmt: skip
+    groups = [PromptGroup(group_id=f"g{i}", prompt_id=f"p{i}", prompt_tokens=(5, 6, 7 + i),
+                          samples_per_prompt=2) for i in range(2)]  # fmt: skip
+    worker, prompts, rollouts, _ = _worker(groups, _SlowJudge(), groups_per_batch=2, lease_s=0.4)
     assert worker.step(threading.Event())
     stats = prompts.stats()
     assert (stats.ready, stats.leased) == (0, 0)  # nothing came back; both acked
