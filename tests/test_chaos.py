@@ -42,7 +42,9 @@ def compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # Over gRPC the workers stream on the rollout engine and take new weights mid-completion.
-IN_FLIGHT = {"engine": {"kind": "paged", "slots": 16, "max_prompt_tokens": 64},
+# Weights land between the engine's calls; a call per token lets them land inside the
+# quickstart's 5-token completions (a default burst of 8 covers a whole completion).
+IN_FLIGHT = {"engine": {"kind": "paged", "slots": 16, "max_prompt_tokens": 64, "decode_burst": 1},
              "in_flight_updates": True}  # fmt: skip
 
 

@@ -73,7 +73,13 @@ def preempt(run_dir: Path, name: str, *, grace_s: float) -> str:
         raise ConfigError(
             f"{name!r} {what} in {run_dir}; workers and verifiers: {', '.join(names) or 'none'}"
         )
-    if entry.state != "running" or not pid_alive(entry.pid) or entry.pgid is None:
+    if entry.state == "running" and not pid_alive(entry.pid):
+        raise RlaxError(
+            f"{entry.role} {name} has exited (pid {entry.pid}) though the table still says "
+            f"running: the run is ending or its launcher restarts it; `rlax status {run_dir}` "
+            "shows when it runs again"
+        )
+    if entry.state != "running" or entry.pgid is None:
         raise RlaxError(
             f"{entry.role} {name} is not running now (state {entry.state}); "
             f"`rlax status {run_dir}` shows when it is"

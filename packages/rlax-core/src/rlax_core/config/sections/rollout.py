@@ -44,7 +44,8 @@ class EngineSection(Section):
         le=1024,
         description="paged: most decode steps run in one call to the device while no prompt "
         "is being prefilled (the host's bookkeeping is paid once per burst; a burst ends "
-        "when a sequence finishes and other work waits for its slot). 1: a call per token.",
+        "when a sequence finishes and other work waits for its slot; in-flight weights land "
+        "between calls, so at most this many tokens after they arrive). 1: a call per token.",
     )
     max_prompt_tokens: int = Field(
         default=2048,
