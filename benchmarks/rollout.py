@@ -93,9 +93,9 @@ def _static(model, prompts: list[list[int]], budgets: list[int], batch: int) -> 
 
 def _engine(
     model, prompts: list[list[int]], budgets: list[int], slots: int
-) -> tuple[float, int, SchedulerStats]:
-    """(seconds, peak KV bytes, the scheduler's counters) of the engine over the
-    workload, warm."""
+) -> tuple[float, int, SchedulerStats, dict[int, int]]:
+    """(seconds, peak KV bytes, the scheduler's counters, its calls by decode rows run)
+    of the engine over the workload, warm."""
     cap = max(budgets)
     longest = PROMPT_TOKENS + cap
     # Room for every slot at up to 512 tokens (not at the longest), and a prompt's worth
@@ -105,11 +105,13 @@ def _engine(
                     kv_tokens=kv_tokens, prefill_chunk=128)  # fmt: skip
     params = SamplingParams(max_new_tokens=cap, temperature=1.0)
     engine.warm_up()
+    engine.launches_by_rows.clear()
     started = time.perf_counter()
     engine.generate(prompts, params, seed=0, samples_per_prompt=SAMPLES, budgets=budgets)
     seconds = time.perf_counter() - started
     block_bytes = engine.block_size * _kv_bytes_per_token(model.config)
-    return seconds, engine.pool.peak_used * block_bytes, engine.scheduler.stats
+    kv = engine.pool.peak_used * block_bytes
+    return seconds, kv, engine.scheduler.stats, dict(sorted(engine.launches_by_rows.items()))
 
 
 def prompt_count(quick: bool) -> int:
@@ -148,14 +150,15 @@ def run(bench: Bench) -> None:
                 vllm = side_engine(vllm_python, VLLM_MODULE, [], checkpoint, job)
                 bench.notes[f"{workload}, vLLM"] = {k: v for k, v in vllm.items() if k != "seconds"}
             for slots in slot_counts:
-                ours, our_kv, stats = _engine(model, prompts, budgets, slots)
+                ours, our_kv, stats, by_rows = _engine(model, prompts, budgets, slots)
                 theirs, their_kv = _static(model, prompts, budgets, slots)
                 label = f"{workload}, {slots} slots"
                 occupancy = stats.busy_slot_steps / (stats.steps * slots)
                 bench.notes[label] = {"engine_steps": stats.steps,
                                       "engine_launches": stats.launches,
                                       "preemptions": stats.preemptions,
-                                      "slot_occupancy": occupancy}  # fmt: skip
+                                      "slot_occupancy": occupancy,
+                                      "launches_by_decode_rows": by_rows}  # fmt: skip
                 # (the row's name after "useful tokens/s", the baseline, its seconds)
                 baselines = [("", f"static sampler, batches of {slots}", theirs)]
                 if vllm is not None:

@@ -119,6 +119,28 @@ def test_a_burst_samples_what_single_steps_sample(model) -> None:
     assert eight.decoded_tokens == one.decoded_tokens == sum(map(len, single.tokens))
 
 
+def test_the_tail_runs_only_the_rows_still_decoding(model) -> None:
+    """With 16 slots and unequal budgets, the steps after most sequences have finished
+    run a bucket of 8 packed rows, not all 16 slots, and sample what two slots
+    sample; warm-up compiled that bucket too."""
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(8)]
+    budgets = [2 + (i * 7) % 5 for i in range(15)] + [30]  # one long row, the rest short
+    params = SamplingParams(max_new_tokens=30, temperature=1.0)
+    engine = Engine(model, slots=16, block_size=4, max_sequence_tokens=64, prefill_chunk=32)
+    assert engine.row_buckets == (8, 16)
+    engine.warm_up()
+    compiled = engine.compilations
+    out = engine.generate(prompts, params, seed=4, samples_per_prompt=2, budgets=budgets)
+    assert engine.compilations == compiled
+    assert engine.launches_by_rows[8] > 0
+    narrow = Engine(model, slots=2, block_size=4, max_sequence_tokens=64, prefill_chunk=32)
+    reference = narrow.generate(prompts, params, seed=4, samples_per_prompt=2, budgets=budgets)
+    assert set(narrow.launches_by_rows) == {2}
+    assert out.tokens == reference.tokens
+    for a, b in zip(out.policy_logprobs, reference.policy_logprobs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-5)
+
+
 def test_new_weights_need_no_compilation(model, engine: Engine) -> None:
     before = engine.generate(PROMPTS, PARAMS, seed=1)
     compiled = engine.compilations

@@ -13,9 +13,13 @@ one before sampled, so the host's bookkeeping and the round trip to the device a
 once per burst, not once per token; the burst ends as soon as a sequence finishes and
 other work waits for its slot.
 
-Shapes are static: a step compiles once per prefill-chunk bucket (a power of two up to
-``prefill_chunk``, or none), and a burst once (per power of two of stop tokens a
-request names), however the requests vary. Keys and values live in one
+Shapes are static: a step with a prefill compiles once per prefill-chunk bucket (a
+power of two up to ``prefill_chunk``), and a step without one and a burst once per
+decode-row bucket (per power of two of stop tokens a request names, for a burst),
+however the requests vary. Decode rows are packed, whatever their slots: a step runs
+the fewest rows of a bucket (a power of two from ``MIN_ROWS`` up to the slots) that
+holds the sequences decoding, so the long tail of a batch, where few sequences are
+left, does not pay for the slots they left. Keys and values live in one
 pool of blocks per layer, so memory follows the tokens in flight, not slots × the
 longest sequence.
 
@@ -27,6 +31,7 @@ that depends only on the weights, its prompt and its seed (the draws are
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import jax
@@ -44,6 +49,7 @@ from rlax_core.models.qwen import Qwen
 from rlax_core.models.qwen.layers import rope_tables
 
 MIN_CHUNK = 8  # the smallest prefill-chunk bucket
+MIN_ROWS = 8  # the smallest decode-row bucket (fewer rows read the weights as slowly)
 
 
 class Engine:
@@ -102,6 +108,7 @@ class Engine:
         self.decode_burst = decode_burst
         self._stop_width = 1  # stop tokens per row a burst checks (a power of two)
         self._traces = 0
+        self.launches_by_rows: Counter[int] = Counter()  # decode rows run → calls
         self._step = jax.jit(self._step_impl, donate_argnums=1)
         self._burst = jax.jit(self._burst_impl, donate_argnums=1)
 
@@ -235,37 +242,49 @@ class Engine:
         longest = min(self.prefill_chunk, self.max_blocks * self.block_size - 1)
         return (0, *sorted({_chunk_bucket(n) for n in range(1, longest + 1)}))
 
+    @property
+    def row_buckets(self) -> tuple[int, ...]:
+        """The decode-row counts a step without a prefill, and a burst, compile for."""
+        return tuple(sorted({self._rows(n) for n in range(1, self.slots + 1)}))
+
     def warm_up(self) -> None:
         """Compiles every step shape now (one step each, touching no sequence's keys),
         so that no compilation lands in the middle of a run."""
         longest = self.max_blocks * self.block_size - 1
-        for size in self.chunk_buckets:
-            chunk = None
-            if size:
-                n = min(size, longest)
-                chunk = PrefillChunk(
-                    (self._pad,) * n, 0, (SCRATCH_BLOCK,) * self.pool.blocks_for(n)
-                )
-            self.run(StepPlan(copies=(), decode=(), prefill=chunk))
-        if self.decode_burst > 1:
-            self.run(StepPlan(copies=(), decode=(), prefill=None, steps=self.decode_burst))
+        for size in self.chunk_buckets[1:]:
+            n = min(size, longest)
+            chunk = PrefillChunk((self._pad,) * n, 0, (SCRATCH_BLOCK,) * self.pool.blocks_for(n))
+            self._run_step(StepPlan(copies=(), decode=(), prefill=chunk), self.slots)
+        for rows in self.row_buckets:
+            self._run_step(StepPlan(copies=(), decode=(), prefill=None), rows)
+            if self.decode_burst > 1:
+                plan = StepPlan(copies=(), decode=(), prefill=None, steps=self.decode_burst)
+                self._run_burst(plan, rows)
+
+    def _rows(self, decoding: int) -> int:
+        """The decode rows a step without a prefill runs for ``decoding`` sequences."""
+        return min(self.slots, max(MIN_ROWS, 1 << max(0, decoding - 1).bit_length()))
 
     def run(self, plan: StepPlan) -> list[list[tuple[int, float, float]]]:
         """Runs one planned step (or burst); returns per decode row the (token, behaviour,
         policy log-prob) of each decode step it ran."""
+        rows = self.slots if plan.prefill is not None else self._rows(len(plan.decode))
         if plan.steps > 1:
-            return self._run_burst(plan)
-        slots, size = self.slots, self.block_size
+            return self._run_burst(plan, rows)
+        return self._run_step(plan, rows)
+
+    def _run_step(self, plan: StepPlan, rows: int) -> list[list[tuple[int, float, float]]]:
+        self.launches_by_rows[rows] += 1
+        size = self.block_size
         chunk = 0 if plan.prefill is None else _chunk_bucket(len(plan.prefill.tokens))
-        tokens = np.full(slots + chunk, self._pad, np.int32)
-        positions = np.full(slots + chunk, -1, np.int32)
-        write_blocks = np.full(slots + chunk, SCRATCH_BLOCK, np.int32)
-        write_offsets = np.zeros(slots + chunk, np.int32)
-        decode_tables = np.full((slots, self.max_blocks), SCRATCH_BLOCK, np.int32)
-        seeds = np.zeros(slots, np.uint32)
-        indices = np.zeros(slots, np.int32)
-        for row in plan.decode:
-            i = row.slot
+        tokens = np.full(rows + chunk, self._pad, np.int32)
+        positions = np.full(rows + chunk, -1, np.int32)
+        write_blocks = np.full(rows + chunk, SCRATCH_BLOCK, np.int32)
+        write_offsets = np.zeros(rows + chunk, np.int32)
+        decode_tables = np.full((rows, self.max_blocks), SCRATCH_BLOCK, np.int32)
+        seeds = np.zeros(rows, np.uint32)
+        indices = np.zeros(rows, np.int32)
+        for i, row in enumerate(plan.decode):  # packed: a row's slot is the host's affair
             tokens[i], positions[i] = row.token, row.position
             decode_tables[i, : len(row.blocks)] = row.blocks
             write_blocks[i] = row.blocks[row.position // size]
@@ -275,12 +294,12 @@ class Engine:
         if plan.prefill is not None:
             prefill, n = plan.prefill, len(plan.prefill.tokens)
             at = prefill.start + np.arange(n)
-            tokens[slots : slots + n] = prefill.tokens
-            positions[slots : slots + n] = at
+            tokens[rows : rows + n] = prefill.tokens
+            positions[rows : rows + n] = at
             chunk_table[0, : len(prefill.blocks)] = prefill.blocks
-            write_blocks[slots : slots + n] = np.asarray(prefill.blocks)[at // size]
-            write_offsets[slots : slots + n] = at % size
-        copies = np.full((slots, 2), SCRATCH_BLOCK, np.int32)
+            write_blocks[rows : rows + n] = np.asarray(prefill.blocks)[at // size]
+            write_offsets[rows : rows + n] = at % size
+        copies = np.full((self.slots, 2), SCRATCH_BLOCK, np.int32)
         if plan.copies:
             copies[: len(plan.copies)] = plan.copies
         self._kv, *out = self._step(
@@ -288,28 +307,28 @@ class Engine:
             decode_tables, chunk_table, copies, seeds, indices, *self._knobs,
         )  # fmt: skip
         sampled, behaviour, policy = jax.device_get(out)
-        return [[(sampled[r.slot], behaviour[r.slot], policy[r.slot])] for r in plan.decode]
+        return [[(sampled[i], behaviour[i], policy[i])] for i in range(len(plan.decode))]
 
-    def _run_burst(self, plan: StepPlan) -> list[list[tuple[int, float, float]]]:
+    def _run_burst(self, plan: StepPlan, rows: int) -> list[list[tuple[int, float, float]]]:
         if plan.steps != self.decode_burst:
             raise ValueError(f"a burst of {plan.steps} steps; this engine runs {self.decode_burst}")
-        slots = self.slots
-        tokens = np.full(slots, self._pad, np.int32)
-        positions = np.full(slots, -1, np.int32)
-        tables = np.full((slots, self.max_blocks), SCRATCH_BLOCK, np.int32)
-        seeds = np.zeros(slots, np.uint32)
-        indices = np.zeros(slots, np.int32)
-        left = np.ones(slots, np.int32)
-        stops = np.full((slots, self._stop_width), -1, np.int32)
-        for row in plan.decode:
-            i, sample = row.slot, row.sample
+        self.launches_by_rows[rows] += 1
+        tokens = np.full(rows, self._pad, np.int32)
+        positions = np.full(rows, -1, np.int32)
+        tables = np.full((rows, self.max_blocks), SCRATCH_BLOCK, np.int32)
+        seeds = np.zeros(rows, np.uint32)
+        indices = np.zeros(rows, np.int32)
+        left = np.ones(rows, np.int32)
+        stops = np.full((rows, self._stop_width), -1, np.int32)
+        for i, row in enumerate(plan.decode):
+            sample = row.sample
             tokens[i], positions[i] = row.token, row.position
             tables[i, : len(row.blocks)] = row.blocks
             seeds[i], indices[i] = sample.seed, len(sample.tokens)
             left[i] = sample.request.budget(sample.index) - len(sample.tokens)
             stop = sorted(sample.request.stop_token_ids)
             stops[i, : len(stop)] = stop
-        copies = np.full((slots, 2), SCRATCH_BLOCK, np.int32)
+        copies = np.full((self.slots, 2), SCRATCH_BLOCK, np.int32)
         if plan.copies:
             copies[: len(plan.copies)] = plan.copies
         self._kv, *out = self._burst(
@@ -318,9 +337,8 @@ class Engine:
         )  # fmt: skip
         ran, sampled, behaviour, policy = jax.device_get(out)
         return [
-            list(zip(sampled[:ran, r.slot], behaviour[:ran, r.slot], policy[:ran, r.slot],
-                     strict=True))
-            for r in plan.decode
+            list(zip(sampled[:ran, i], behaviour[:ran, i], policy[:ran, i], strict=True))
+            for i in range(len(plan.decode))
         ]  # fmt: skip
 
     def _step_impl(
