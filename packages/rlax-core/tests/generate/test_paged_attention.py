@@ -69,3 +69,22 @@ def test_a_row_does_not_depend_on_the_rows_beside_it() -> None:
     alone = np.asarray(paged_attention(q[2:3], k_pool, v_pool, tables[2:3], positions[2:3], 0.3))
     together = np.asarray(paged_attention(q, k_pool, v_pool, tables, positions, 0.3))
     np.testing.assert_allclose(together[2:3], alone, atol=1e-6)
+
+
+@pytest.mark.parametrize("queries", [1, 4])  # per history
+def test_histories_packed_side_by_side_see_only_their_own_keys(queries: int) -> None:
+    """A row that holds several histories' tables side by side, each query bounded
+    below by its history's first position there, attends as each history alone."""
+    rng = np.random.default_rng(11 + queries)
+    lengths = [6, 9, 3]
+    q, k_pool, v_pool, tables, positions = case(rng, len(lengths), queries, lengths)
+    used = [-(-n // BLOCK) for n in lengths]
+    columns = np.cumsum([0, *used])  # each history's first column in the packed row
+    packed_table = np.concatenate([tables[r, : used[r]] for r in range(len(lengths))])[None]
+    packed_q = q.reshape(1, -1, HEADS, GROUPS, DIM)
+    bounds = np.repeat(columns[:-1] * BLOCK, queries)[None].astype(np.int32)
+    packed_positions = np.where(positions >= 0, positions + bounds.reshape(positions.shape), -1)
+    got = paged_attention(packed_q, k_pool, v_pool, packed_table,
+                          packed_positions.reshape(1, -1), 0.3, starts=bounds)  # fmt: skip
+    want = dense_reference(q, k_pool, v_pool, tables, positions, 0.3)
+    np.testing.assert_allclose(np.asarray(got).reshape(want.shape), want, atol=1e-5, rtol=1e-5)

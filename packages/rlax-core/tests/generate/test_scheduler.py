@@ -53,8 +53,7 @@ class _TokenPool:
         runs each row until it stops or its budget ends, and ends as the engine's does."""
         for source, destination in plan.copies:
             self.blocks[destination] = list(self.blocks[source])
-        if plan.prefill is not None:
-            chunk = plan.prefill
+        for chunk in plan.prefill:
             for offset, token in enumerate(chunk.tokens):
                 self._write(chunk.blocks, chunk.start + offset, token)
         sampled: list[list[tuple[int, float, float]]] = [[] for _ in plan.decode]
@@ -141,7 +140,7 @@ def test_every_sample_completes_as_it_would_alone(burst: int) -> None:
     assert scheduler.pool.used == 0, "blocks leaked"
     assert scheduler.stats.preemptions == 0
     bursts = [p for p in plans if p.steps > 1]
-    assert bool(bursts) == (burst > 1) and all(p.prefill is None for p in bursts)
+    assert bool(bursts) == (burst > 1) and not any(p.prefill for p in bursts)
     assert scheduler.stats.launches == len(plans) < scheduler.stats.steps + (burst == 1)
 
 
@@ -215,10 +214,10 @@ def test_running_samples_decode_while_a_long_prompt_is_prefilled() -> None:
                           max_blocks_per_sequence=32)  # fmt: skip
     done, plans = _run(scheduler, [short, long])
 
-    def of_long(chunk) -> bool:
-        return chunk is not None and chunk.tokens == long.prompt[chunk.start :][: len(chunk.tokens)]
+    def of_long(plan: StepPlan) -> bool:
+        return any(c.tokens == long.prompt[c.start :][: len(c.tokens)] for c in plan.prefill)
 
-    prefilling = [p for p in plans if of_long(p.prefill)]
+    prefilling = [p for p in plans if of_long(p)]
     assert len(prefilling) == -(-59 // 8)  # the long prompt in chunks of 8 positions
     assert all(p.decode for p in prefilling[1:]), "a prefill step stalled the running sample"
     assert done["long"][0].tokens == _alone(long, 0)
@@ -255,3 +254,16 @@ def test_a_request_that_can_never_fit_is_refused() -> None:
         scheduler.add(Request("wide", tuple(range(10)), seeds=(0,), max_new_tokens=11))
     with pytest.raises(ValueError, match="no tokens"):
         Request("empty", (), seeds=(0,), max_new_tokens=1)
+
+
+def test_short_prompts_share_one_prefill_chunk() -> None:
+    """Prompts shorter than the chunk are prefilled several a step, so eight slots fill
+    in two steps, not eight; each completes as it would alone."""
+    requests = [Request(f"p{i}", (i + 1, i + 2, i + 3), seeds=(i,), max_new_tokens=4)
+                for i in range(8)]  # fmt: skip
+    scheduler = Scheduler(slots=8, pool=BlockPool(64, 4), prefill_chunk=8,
+                          max_blocks_per_sequence=4)  # fmt: skip
+    done, plans = _run(scheduler, requests)
+    assert [len(p.prefill) for p in plans[:2]] == [4, 4]  # two positions each, 8 a chunk
+    assert len(plans[2].decode) == 8
+    assert all(done[r.request_id][0].tokens == _alone(r, 0) for r in requests)

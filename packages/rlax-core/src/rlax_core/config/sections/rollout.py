@@ -36,7 +36,8 @@ class EngineSection(Section):
         ge=1,
         le=65536,
         description="paged: most prompt positions prefilled in one step, beside the decoding "
-        "sequences (a long prompt never stalls them for its whole length).",
+        "sequences (a long prompt never stalls them for its whole length; short prompts share "
+        "a chunk).",
     )
     decode_burst: int = Field(
         default=8,

@@ -2,7 +2,8 @@
 
 Keys and values live in a pool of blocks, ``(num_blocks, kv_heads, block_size,
 head_dim)`` per layer, and each row (a sequence) names its blocks in a block table.
-A query sees the keys of its own row at positions up to its own.
+A query sees the keys of its own row at positions up to its own (and, where a row
+packs several histories side by side, from its own history's first position on).
 
 The pool is read as a ragged list of (row, block) pairs: each row's blocks up to its
 furthest query, one row after another. A loop with a traced trip count takes a fixed
@@ -54,6 +55,8 @@ class PagedAttention(Protocol):
         block_tables: jax.Array,
         positions: jax.Array,
         scale: float,
+        *,
+        starts: jax.Array | None = None,
     ) -> jax.Array: ...
 
 
@@ -64,6 +67,8 @@ def paged_attention(
     block_tables: jax.Array,
     positions: jax.Array,
     scale: float,
+    *,
+    starts: jax.Array | None = None,
 ) -> jax.Array:
     """Each row's queries attending to its keys in the pool, causally by position.
 
@@ -76,6 +81,8 @@ def paged_attention(
         positions: (rows, queries) int32, each query's position; -1 for a padding query,
             which sees nothing and gets zeros.
         scale: the score scale.
+        starts: (rows, queries) int32, the first position each query sees (None: 0), so
+            that one row may hold several histories' tables side by side.
 
     Returns:
         (rows, queries, kv_heads, groups, head_dim) in ``q``'s dtype.
@@ -83,6 +90,7 @@ def paged_attention(
     q, k_pool, v_pool, block_tables, positions = map(
         jnp.asarray, (q, k_pool, v_pool, block_tables, positions)
     )
+    starts = jnp.zeros_like(positions) if starts is None else jnp.asarray(starts)
     rows, queries, heads, groups, dim = q.shape
     block = k_pool.shape[2]
     pairs, count = _pairs(block_tables, positions, block)
@@ -99,7 +107,7 @@ def paged_attention(
         row, column, ids = (jax.lax.dynamic_slice_in_dim(a, index * per_trip, per_trip)
                             for a in pairs)  # fmt: skip
         real = index * per_trip + jnp.arange(per_trip) < count
-        return trip(q, keys, positions, scale, row, column, ids, real, carry)
+        return trip(q, keys, (starts, positions), scale, row, column, ids, real, carry)
 
     shape = (rows, queries, heads, groups)
     init = (
@@ -135,13 +143,15 @@ def _fold(carry: tuple, new_top: jax.Array, add) -> tuple:
     return new_top, total * rescale + sums, weighted * rescale[..., None] + values
 
 
-def _pairs_trip(q, keys, positions, scale, row, column, ids, real, carry) -> tuple:
+def _pairs_trip(q, keys, bounds, scale, row, column, ids, real, carry) -> tuple:
     """A trip of pairs from many rows, each against its own row's queries."""
+    starts, positions = bounds
     rows = q.shape[0]
     block = keys[0].shape[2]
     kb, vb = (pool[ids].astype(jnp.float32) for pool in keys)  # (pairs, kv_heads, block, dim)
     key_positions = column[:, None] * block + jnp.arange(block)
     seen = real[:, None, None] & (key_positions[:, None] <= positions[row][..., None])
+    seen &= key_positions[:, None] >= starts[row][..., None]
     seen = seen[:, :, None, None, :]  # (pairs, queries, 1, 1, block)
     scores = jnp.sum(q.astype(jnp.float32)[row][..., None, :] * kb[:, None, :, None], -1) * scale
     pair_top = jnp.max(jnp.where(seen, scores, -jnp.inf), axis=-1)
@@ -156,9 +166,10 @@ def _pairs_trip(q, keys, positions, scale, row, column, ids, real, carry) -> tup
     return _fold(carry, new_top, add)
 
 
-def _tile_trip(q, keys, positions, scale, row, column, ids, real, carry) -> tuple:
+def _tile_trip(q, keys, bounds, scale, row, column, ids, real, carry) -> tuple:
     """A tile of one row's blocks, every query against every key: two matmuls per
     head, the queries and their groups side by side (the row's axis is 1)."""
+    starts, positions = bounds
     _, queries, heads, groups, dim = q.shape
     block = keys[0].shape[2]
     tile = ids.shape[0] * block
@@ -167,6 +178,7 @@ def _tile_trip(q, keys, positions, scale, row, column, ids, real, carry) -> tupl
     qh = jnp.transpose(q[0].astype(jnp.float32), (1, 0, 2, 3)).reshape(heads, -1, dim)
     key_positions = (column[:, None] * block + jnp.arange(block)).reshape(-1)
     seen = jnp.repeat(real, block) & (key_positions <= positions[0][:, None])  # (queries, keys)
+    seen &= key_positions >= starts[0][:, None]
     seen = jnp.repeat(seen, groups, axis=0)[None]  # (1, queries × groups, keys)
     scores = jnp.einsum("hnd,hsd->hns", qh, kb) * scale
     as_carry = lambda a: jnp.moveaxis(a.reshape(heads, queries, groups, *a.shape[2:]), 0, 1)[None]  # noqa: E731

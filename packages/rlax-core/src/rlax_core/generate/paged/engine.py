@@ -42,7 +42,14 @@ from flax import nnx
 from rlax_core.generate.next_token import SamplingParams, choose, draws
 from rlax_core.generate.paged.attention import PagedAttention, paged_attention
 from rlax_core.generate.paged.blocks import SCRATCH_BLOCK, BlockPool
-from rlax_core.generate.paged.scheduler import PrefillChunk, Request, Sample, Scheduler, StepPlan
+from rlax_core.generate.paged.scheduler import (
+    MAX_PREFILL_SEGMENTS,
+    PrefillChunk,
+    Request,
+    Sample,
+    Scheduler,
+    StepPlan,
+)
 from rlax_core.generate.sampler import Completions, check_request, completion_seeds
 from rlax_core.models.params import with_params
 from rlax_core.models.qwen import Qwen
@@ -92,9 +99,13 @@ class Engine:
         self.slots = slots
         self.block_size = block_size
         self.max_blocks = -(-max_sequence_tokens // block_size)
+        self.prefill_chunk = 1 << max(0, (prefill_chunk - 1).bit_length())
+        # A chunk's segments' tables side by side: the first may be a long history's,
+        # the others start at 0 and share the chunk's positions.
+        self._chunk_blocks = (self.max_blocks + self.prefill_chunk // block_size
+                              + MAX_PREFILL_SEGMENTS)  # fmt: skip
         kv_tokens = slots * max_sequence_tokens if kv_tokens is None else kv_tokens
         self.pool = BlockPool(-(-kv_tokens // block_size) + 1, block_size)  # + the scratch block
-        self.prefill_chunk = 1 << max(0, (prefill_chunk - 1).bit_length())
         self.scheduler = Scheduler(slots=slots, pool=self.pool, prefill_chunk=self.prefill_chunk,
                                    max_blocks_per_sequence=self.max_blocks)  # fmt: skip
         self._pad = pad_token_id
@@ -254,11 +265,11 @@ class Engine:
         for size in self.chunk_buckets[1:]:
             n = min(size, longest)
             chunk = PrefillChunk((self._pad,) * n, 0, (SCRATCH_BLOCK,) * self.pool.blocks_for(n))
-            self._run_step(StepPlan(copies=(), decode=(), prefill=chunk), self.slots)
+            self._run_step(StepPlan(copies=(), decode=(), prefill=(chunk,)), self.slots)
         for rows in self.row_buckets:
-            self._run_step(StepPlan(copies=(), decode=(), prefill=None), rows)
+            self._run_step(StepPlan(copies=(), decode=(), prefill=()), rows)
             if self.decode_burst > 1:
-                plan = StepPlan(copies=(), decode=(), prefill=None, steps=self.decode_burst)
+                plan = StepPlan(copies=(), decode=(), prefill=(), steps=self.decode_burst)
                 self._run_burst(plan, rows)
 
     def _rows(self, decoding: int) -> int:
@@ -268,7 +279,7 @@ class Engine:
     def run(self, plan: StepPlan) -> list[list[tuple[int, float, float]]]:
         """Runs one planned step (or burst); returns per decode row the (token, behaviour,
         policy log-prob) of each decode step it ran."""
-        rows = self.slots if plan.prefill is not None else self._rows(len(plan.decode))
+        rows = self.slots if plan.prefill else self._rows(len(plan.decode))
         if plan.steps > 1:
             return self._run_burst(plan, rows)
         return self._run_step(plan, rows)
@@ -276,7 +287,8 @@ class Engine:
     def _run_step(self, plan: StepPlan, rows: int) -> list[list[tuple[int, float, float]]]:
         self.launches_by_rows[rows] += 1
         size = self.block_size
-        chunk = 0 if plan.prefill is None else _chunk_bucket(len(plan.prefill.tokens))
+        n = sum(len(segment.tokens) for segment in plan.prefill)
+        chunk = _chunk_bucket(n) if n else 0
         tokens = np.full(rows + chunk, self._pad, np.int32)
         positions = np.full(rows + chunk, -1, np.int32)
         write_blocks = np.full(rows + chunk, SCRATCH_BLOCK, np.int32)
@@ -290,21 +302,29 @@ class Engine:
             write_blocks[i] = row.blocks[row.position // size]
             write_offsets[i] = row.position % size
             seeds[i], indices[i] = row.sample.seed, len(row.sample.tokens)
-        chunk_table = np.full((1, self.max_blocks), SCRATCH_BLOCK, np.int32)
-        if plan.prefill is not None:
-            prefill, n = plan.prefill, len(plan.prefill.tokens)
-            at = prefill.start + np.arange(n)
-            tokens[rows : rows + n] = prefill.tokens
-            positions[rows : rows + n] = at
-            chunk_table[0, : len(prefill.blocks)] = prefill.blocks
-            write_blocks[rows : rows + n] = np.asarray(prefill.blocks)[at // size]
-            write_offsets[rows : rows + n] = at % size
+        # The segments' tables side by side in one row: a query's position there (its
+        # segment's first column's, plus its own) and its segment's first position bound
+        # what it sees, so each sees its own history only.
+        chunk_table = np.full((1, self._chunk_blocks), SCRATCH_BLOCK, np.int32)
+        in_table = np.full((1, chunk), -1, np.int32)
+        starts = np.zeros((1, chunk), np.int32)
+        query, column = 0, 0
+        for segment in plan.prefill:
+            count, blocks = len(segment.tokens), np.asarray(segment.blocks)
+            at = segment.start + np.arange(count)
+            here = slice(rows + query, rows + query + count)
+            tokens[here], positions[here] = segment.tokens, at
+            write_blocks[here], write_offsets[here] = blocks[at // size], at % size
+            chunk_table[0, column : column + len(blocks)] = blocks
+            in_table[0, query : query + count] = column * size + at
+            starts[0, query : query + count] = column * size
+            query, column = query + count, column + len(blocks)
         copies = np.full((self.slots, 2), SCRATCH_BLOCK, np.int32)
         if plan.copies:
             copies[: len(plan.copies)] = plan.copies
         self._kv, *out = self._step(
             self._leaves, self._kv, tokens, positions, write_blocks, write_offsets,
-            decode_tables, chunk_table, copies, seeds, indices, *self._knobs,
+            decode_tables, chunk_table, in_table, starts, copies, seeds, indices, *self._knobs,
         )  # fmt: skip
         sampled, behaviour, policy = jax.device_get(out)
         return [[(sampled[i], behaviour[i], policy[i])] for i in range(len(plan.decode))]
@@ -351,6 +371,8 @@ class Engine:
         write_offsets: jax.Array,
         decode_tables: jax.Array,
         chunk_table: jax.Array,
+        in_table: jax.Array,
+        starts: jax.Array,
         copies: jax.Array,
         seeds: jax.Array,
         indices: jax.Array,
@@ -364,7 +386,7 @@ class Engine:
         model = nnx.merge(self._graphdef, jax.tree.unflatten(self._treedef, leaves))
         kv = _copy_blocks(kv, copies)
         kv, logits = self._forward(model, kv, tokens, positions, write_blocks, write_offsets,
-                                   decode_tables, chunk_table)  # fmt: skip
+                                   decode_tables, (chunk_table, in_table, starts))  # fmt: skip
         token, behaviour, policy = choose(logits, draws(seeds, indices), temperature, top_k, top_p)
         return kv, token, behaviour, policy
 
@@ -428,14 +450,14 @@ class Engine:
         write_blocks: jax.Array,
         write_offsets: jax.Array,
         decode_tables: jax.Array,
-        chunk_table: jax.Array | None,
+        chunk: tuple[jax.Array, jax.Array, jax.Array] | None,
     ) -> tuple:
         """The model over one step's tokens (the decode rows', then a prefill chunk's):
         their keys written into the pools, attention read from them; the new pools and
-        the decode rows' logits."""
+        the decode rows' logits. ``chunk``: the prefill's table row, its queries'
+        positions in that row and their segments' first positions there."""
         c = self.config
         slots = decode_tables.shape[0]
-        chunk = tokens.shape[0] - slots
         scale = c.head_dim**-0.5
         rope = rope_tables(jnp.maximum(positions, 0)[None], c.head_dim, c.rope_theta)
         x = model.model.embed_tokens(tokens[None])
@@ -448,9 +470,10 @@ class Engine:
             attended = self._attention(
                 q[0, :slots, None], k_pool, v_pool, decode_tables, positions[:slots, None], scale
             )[:, 0]
-            if chunk:
+            if tokens.shape[0] > slots:
+                table, in_table, starts = chunk
                 prefilled = self._attention(
-                    q[:, slots:], k_pool, v_pool, chunk_table, positions[None, slots:], scale
+                    q[:, slots:], k_pool, v_pool, table, in_table, scale, starts=starts
                 )[0]
                 attended = jnp.concatenate([attended, prefilled], axis=0)
             x = layer.finish(x, attention.output(attended[None]))

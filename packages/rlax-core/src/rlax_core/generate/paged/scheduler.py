@@ -2,8 +2,10 @@
 
 The engine has a fixed number of decode slots. Each step feeds every occupied slot its
 sequence's newest token (one decode position each) and, beside them, one chunk of at
-most ``prefill_chunk`` positions of a prompt being prefilled, so a long prompt never
-stalls the running sequences for its whole length. A sequence that finishes frees its
+most ``prefill_chunk`` prompt positions, so a long prompt never stalls the running
+sequences for its whole length. A chunk packs several prompts (up to
+``MAX_PREFILL_SEGMENTS``) where they are short, one segment each, so that freed slots
+and an empty engine fill in a few steps, not one step per prompt. A sequence that finishes frees its
 slot for the next one at the next step.
 
 Every sequence is in one shape: its history (prompt, then the tokens sampled so far),
@@ -36,6 +38,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from rlax_core.generate.paged.blocks import BlockPool
+
+MAX_PREFILL_SEGMENTS = 8  # the most prompts (or histories) one prefill chunk packs
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,8 @@ class DecodeRow:
 
 @dataclass(frozen=True)
 class PrefillChunk:
-    """Positions ``[start, start + len(tokens))`` of one history, written into ``blocks``."""
+    """Positions ``[start, start + len(tokens))`` of one history, written into ``blocks``
+    (a segment of a step's prefill chunk: its queries see only these blocks)."""
 
     tokens: tuple[int, ...]
     start: int
@@ -153,7 +158,8 @@ class PrefillChunk:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """One engine step: block copies first, then the decode rows and the prefill chunk.
+    """One engine step: block copies first, then the decode rows and the prefill chunk
+    (its segments, one per history, in order; none: no prefill).
 
     ``steps`` > 1 (never with a prefill chunk): a burst of up to that many decode steps,
     each row feeding the token it sampled in the one before, its blocks reserved for
@@ -163,7 +169,7 @@ class StepPlan:
 
     copies: tuple[tuple[int, int], ...]
     decode: tuple[DecodeRow, ...]
-    prefill: PrefillChunk | None
+    prefill: tuple[PrefillChunk, ...]
     steps: int = 1
     until_finish: bool = False
 
@@ -207,7 +213,7 @@ class Scheduler:
         self._resumable: deque[Sample] = deque()  # prefilled again, waiting for a slot
         self._ready: deque[_Group] = deque()  # prefilled, samples still to start
         self._stale: deque[_Group] = deque()  # like _ready, but to be prefilled again
-        self._prefill: _Prefill | None = None
+        self._prefills: list[_Prefill] = []  # in progress, in the order they started
         self._running: list[Sample | None] = [None] * slots
         self._copies: list[tuple[int, int]] = []
         self._ages = 0
@@ -251,7 +257,7 @@ class Scheduler:
             or self._resumable
             or self._ready
             or self._stale
-            or self._prefill
+            or self._prefills
             or any(self._running)
         )
 
@@ -276,14 +282,14 @@ class Scheduler:
         copies, self._copies = tuple(self._copies), []
         if waited:
             self.stats.admission_waits += 1
-        if not decode and prefill is None and not self.idle:
+        if not decode and not prefill and not self.idle:
             raise RuntimeError(
                 "the scheduler can make no progress: every queued sequence waits for KV "
                 "blocks and nothing runs that could free them; make the pool larger"
             )
         self.stats.launches += 1
-        if burst > 1 and prefill is None and decode and self._reserve(burst):
-            return StepPlan(copies=copies, decode=tuple(self._rows()), prefill=None,
+        if burst > 1 and not prefill and decode and self._reserve(burst):
+            return StepPlan(copies=copies, decode=tuple(self._rows()), prefill=(),
                             steps=burst, until_finish=not self._all_running())  # fmt: skip
         return StepPlan(copies=copies, decode=tuple(decode), prefill=prefill)
 
@@ -329,8 +335,10 @@ class Scheduler:
             group.finished.append(sample)
             if len(group.finished) == len(request.seeds):
                 finished.append((request, sorted(group.finished, key=lambda s: s.index)))
-        if plan.prefill is not None:
-            self._advance_prefill(len(plan.prefill.tokens))
+        for prefill, chunk in list(zip(self._prefills, plan.prefill, strict=False)):
+            prefill.done += len(chunk.tokens)
+            if prefill.done == len(prefill.tokens):
+                self._finish_prefill(prefill)
         return finished
 
     def recompute(self) -> int:
@@ -339,8 +347,8 @@ class Scheduler:
         from their histories, keeping their tokens, and prompts whose samples have not
         all started from their prompts. Returns how many it dropped."""
         dropped = 0
-        if self._prefill is not None:
-            self._abort_prefill()  # it starts over, first in line
+        while self._prefills:  # the latest first: each starts over, first in line
+            self._abort_prefill(self._prefills[-1])
             dropped += 1
         for sample in [s for s in self._running if s is not None]:
             self._preempt(sample, counted=False)
@@ -362,8 +370,8 @@ class Scheduler:
 
     def _plan_decode(self) -> list[DecodeRow]:
         """A row per running sample, each with a block for its position. While blocks
-        are short, a prefill in progress is given up first (it is the least work lost),
-        then the youngest running samples are preempted."""
+        are short, the prefills in progress are given up first, the latest started first
+        (they are the least work lost), then the youngest running samples are preempted."""
         for sample in sorted((s for s in self._running if s is not None), key=lambda s: s.age):
             if sample.slot is None:  # preempted below, for an older sample
                 continue
@@ -371,8 +379,8 @@ class Scheduler:
                 block = self.pool.allocate(1)
                 if block is not None:
                     sample.blocks.extend(block)
-                elif self._prefill is not None and self._prefill.blocks:
-                    self._abort_prefill()
+                elif any(p.blocks for p in self._prefills):
+                    self._abort_prefill([p for p in self._prefills if p.blocks][-1])
                 else:
                     running = (s for s in self._running if s is not None)
                     self._preempt(max(running, key=lambda s: s.age))
@@ -412,7 +420,7 @@ class Scheduler:
         """Nothing waits for a slot: no queued, preempted, resumable, ready or
         prefilling work."""
         return not (self._waiting or self._preempted or self._resumable or self._ready
-                    or self._stale or self._prefill)  # fmt: skip
+                    or self._stale or self._prefills)  # fmt: skip
 
     def _preempt(self, sample: Sample, *, counted: bool = True) -> None:
         """Frees ``sample``'s slot (if it runs) and blocks; it is prefilled again later.
@@ -473,28 +481,39 @@ class Scheduler:
         sample.slot = slot
         self._running[slot] = sample
 
-    def _plan_prefill(self) -> tuple[PrefillChunk | None, bool]:
-        """The next chunk of the prefill in progress, starting one if none is. Returns
-        (chunk, whether a prefill waited for blocks)."""
-        if self._prefill is None and not self._start_prefill():
-            return None, False
-        prefill = self._prefill
-        assert prefill is not None
-        count = min(self.prefill_chunk, len(prefill.tokens) - prefill.done)
-        needed = self.pool.blocks_for(prefill.done + count) - len(prefill.blocks)
-        if needed > 0:
-            more = self.pool.allocate(needed)
-            if more is None:
-                return None, True
-            prefill.blocks.extend(more)
-        tokens = prefill.tokens[prefill.done : prefill.done + count]
-        self.stats.prefilled_tokens += count
-        return PrefillChunk(tokens, prefill.done, tuple(prefill.blocks)), False
+    def _plan_prefill(self) -> tuple[tuple[PrefillChunk, ...], bool]:
+        """The next chunk: the prefills in progress continued, then new ones started
+        while the chunk has room. Returns (its segments, whether a prefill waited for
+        blocks)."""
+        segments: list[PrefillChunk] = []
+        room = self.prefill_chunk
+        index = 0
+        while room and len(segments) < MAX_PREFILL_SEGMENTS:
+            if index == len(self._prefills) and not self._start_prefill():
+                break
+            prefill = self._prefills[index]
+            count = min(room, len(prefill.tokens) - prefill.done)
+            needed = self.pool.blocks_for(prefill.done + count) - len(prefill.blocks)
+            if needed > 0:
+                more = self.pool.allocate(needed)
+                if more is None:
+                    if not prefill.blocks:  # started for this chunk: back in line
+                        self._abort_prefill(prefill)
+                    return tuple(segments), True
+                prefill.blocks.extend(more)
+            tokens = prefill.tokens[prefill.done : prefill.done + count]
+            segments.append(PrefillChunk(tokens, prefill.done, tuple(prefill.blocks)))
+            self.stats.prefilled_tokens += count
+            room -= count
+            index += 1
+        return tuple(segments), False
 
     def _wants_prefill(self) -> bool:
         """Whether another prompt is worth prefilling now: its samples would find slots
         soon (fewer samples are waiting to start than there are slots)."""
         waiting = sum(len(g.request.seeds) - g.started for g in self._ready)
+        waiting += sum(1 if isinstance(p.owner, Sample) else len(p.owner.request.seeds)
+                       for p in self._prefills)  # fmt: skip
         return waiting + len(self._resumable) < self.slots
 
     def _start_prefill(self) -> bool:
@@ -514,17 +533,17 @@ class Scheduler:
             tokens = request.prompt[:-1]
         else:
             return False
-        self._prefill = _Prefill(tokens, [], owner)
+        prefill = _Prefill(tokens, [], owner)
         if not tokens:  # a one-token prompt: nothing to prefill
-            self._finish_prefill()
+            self._finish_prefill(prefill)
             return self._start_prefill()
+        self._prefills.append(prefill)
         return True
 
-    def _abort_prefill(self) -> None:
-        """Gives up the prefill in progress, its blocks back to the pool; it starts over
+    def _abort_prefill(self, prefill: _Prefill) -> None:
+        """Gives up a prefill in progress, its blocks back to the pool; it starts over
         later, first in line."""
-        prefill, self._prefill = self._prefill, None
-        assert prefill is not None
+        self._prefills.remove(prefill)
         self.pool.release(prefill.blocks)
         owner = prefill.owner
         if isinstance(owner, Sample):
@@ -534,20 +553,12 @@ class Scheduler:
         else:
             self._waiting.appendleft(owner.request)
 
-    def _advance_prefill(self, count: int) -> None:
-        prefill = self._prefill
-        assert prefill is not None
-        prefill.done += count
-        if prefill.done == len(prefill.tokens):
-            self._finish_prefill()
-
-    def _finish_prefill(self) -> None:
-        prefill, self._prefill = self._prefill, None
-        assert prefill is not None
+    def _finish_prefill(self, prefill: _Prefill) -> None:
+        if prefill in self._prefills:
+            self._prefills.remove(prefill)
         owner = prefill.owner
+        owner.blocks = prefill.blocks
         if isinstance(owner, Sample):
-            owner.blocks = prefill.blocks
             self._resumable.append(owner)
         else:
-            owner.blocks = prefill.blocks
             self._ready.append(owner)
