@@ -81,8 +81,9 @@ def paged_attention(
         positions: (rows, queries) int32, each query's position; -1 for a padding query,
             which sees nothing and gets zeros.
         scale: the score scale.
-        starts: (rows, queries) int32, the first position each query sees (None: 0), so
-            that one row may hold several histories' tables side by side.
+        starts: (rows, queries) int32, the first position each query sees (None: 0, and
+            no bound is computed), so that one row may hold several histories' tables
+            side by side.
 
     Returns:
         (rows, queries, kv_heads, groups, head_dim) in ``q``'s dtype.
@@ -90,7 +91,7 @@ def paged_attention(
     q, k_pool, v_pool, block_tables, positions = map(
         jnp.asarray, (q, k_pool, v_pool, block_tables, positions)
     )
-    starts = jnp.zeros_like(positions) if starts is None else jnp.asarray(starts)
+    starts = None if starts is None else jnp.asarray(starts)
     rows, queries, heads, groups, dim = q.shape
     block = k_pool.shape[2]
     pairs, count = _pairs(block_tables, positions, block)
@@ -151,7 +152,8 @@ def _pairs_trip(q, keys, bounds, scale, row, column, ids, real, carry) -> tuple:
     kb, vb = (pool[ids].astype(jnp.float32) for pool in keys)  # (pairs, kv_heads, block, dim)
     key_positions = column[:, None] * block + jnp.arange(block)
     seen = real[:, None, None] & (key_positions[:, None] <= positions[row][..., None])
-    seen &= key_positions[:, None] >= starts[row][..., None]
+    if starts is not None:
+        seen &= key_positions[:, None] >= starts[row][..., None]
     seen = seen[:, :, None, None, :]  # (pairs, queries, 1, 1, block)
     scores = jnp.sum(q.astype(jnp.float32)[row][..., None, :] * kb[:, None, :, None], -1) * scale
     pair_top = jnp.max(jnp.where(seen, scores, -jnp.inf), axis=-1)
@@ -178,7 +180,8 @@ def _tile_trip(q, keys, bounds, scale, row, column, ids, real, carry) -> tuple:
     qh = jnp.transpose(q[0].astype(jnp.float32), (1, 0, 2, 3)).reshape(heads, -1, dim)
     key_positions = (column[:, None] * block + jnp.arange(block)).reshape(-1)
     seen = jnp.repeat(real, block) & (key_positions <= positions[0][:, None])  # (queries, keys)
-    seen &= key_positions >= starts[0][:, None]
+    if starts is not None:
+        seen &= key_positions >= starts[0][:, None]
     seen = jnp.repeat(seen, groups, axis=0)[None]  # (1, queries × groups, keys)
     scores = jnp.einsum("hnd,hsd->hns", qh, kb) * scale
     as_carry = lambda a: jnp.moveaxis(a.reshape(heads, queries, groups, *a.shape[2:]), 0, 1)[None]  # noqa: E731

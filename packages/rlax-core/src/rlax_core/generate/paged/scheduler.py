@@ -5,8 +5,8 @@ sequence's newest token (one decode position each) and, beside them, one chunk o
 most ``prefill_chunk`` prompt positions, so a long prompt never stalls the running
 sequences for its whole length. A chunk packs several prompts (up to
 ``MAX_PREFILL_SEGMENTS``) where they are short, one segment each, so that freed slots
-and an empty engine fill in a few steps, not one step per prompt. A sequence that finishes frees its
-slot for the next one at the next step.
+and an empty engine fill in a few steps, not one step per prompt. A sequence that
+finishes frees its slot for the next one at the next step.
 
 Every sequence is in one shape: its history (prompt, then the tokens sampled so far),
 keys and values computed for all but the last position, and that last token waiting to
@@ -379,8 +379,8 @@ class Scheduler:
                 block = self.pool.allocate(1)
                 if block is not None:
                     sample.blocks.extend(block)
-                elif any(p.blocks for p in self._prefills):
-                    self._abort_prefill([p for p in self._prefills if p.blocks][-1])
+                elif holding := [p for p in self._prefills if p.blocks]:
+                    self._abort_prefill(holding[-1])
                 else:
                     running = (s for s in self._running if s is not None)
                     self._preempt(max(running, key=lambda s: s.age))
@@ -534,10 +534,10 @@ class Scheduler:
         else:
             return False
         prefill = _Prefill(tokens, [], owner)
+        self._prefills.append(prefill)
         if not tokens:  # a one-token prompt: nothing to prefill
             self._finish_prefill(prefill)
             return self._start_prefill()
-        self._prefills.append(prefill)
         return True
 
     def _abort_prefill(self, prefill: _Prefill) -> None:
@@ -554,8 +554,7 @@ class Scheduler:
             self._waiting.appendleft(owner.request)
 
     def _finish_prefill(self, prefill: _Prefill) -> None:
-        if prefill in self._prefills:
-            self._prefills.remove(prefill)
+        self._prefills.remove(prefill)
         owner = prefill.owner
         owner.blocks = prefill.blocks
         if isinstance(owner, Sample):
