@@ -6,8 +6,9 @@ job: it SIGKILLs a worker every ``worker_kill_every_s`` seconds (round robin), p
 one worker gracefully with ``rlax preempt``, SIGKILLs the trainer once and the transport
 server once, and, where the run has verifiers, SIGKILLs one and preempts another. A
 one-off fault waits until the run has recovered from the previous one (a new step was
-logged, and a preempted process is gone), so the time each fault cost can be told
-apart.
+logged), so the time each fault cost can be told apart. It does not wait for a preempted
+process to leave: that takes seconds (the interpreter's exit), in which a fast run may
+pass all its remaining steps.
 
 :func:`chaos_report` reads the run's metrics, launcher events and last checkpoint and
 gives the accounting (steps, groups trained, duplicates, staleness) and, per kind of
@@ -66,9 +67,6 @@ class ChaosPlan:
     verifier_kill_at_step: int = 16
     verifier_preempt_at_step: int = 20
     quiet_from_step: int = 34  # no new faults from here on: the run ends undisturbed
-    # Short: the next one-off fault waits for the preempted worker to leave, and a run
-    # of 40 fast steps once ended before its trainer and server faults while a worker
-    # took 24 s to leave after SIGTERM over gRPC (cause not found).
     preempt_grace_s: float = 10.0
 
 
@@ -83,17 +81,17 @@ class ChaosMonkey(threading.Thread):
         self.errors: list[BaseException] = []
         self.status_output = ""  # `rlax status` once, during the run
         self._halt = threading.Event()
-        # `rlax preempt` waits out its grace period: it runs beside the monkey, which
+        # `rlax preempt` waits until its process leaves: it runs beside the monkey, which
         # keeps to its plan meanwhile (a blocked monkey would miss the later faults).
-        self._preempting: subprocess.Popen | None = None
+        self._preempting: dict[str, subprocess.Popen] = {}
 
     def stop(self) -> None:
         """Stops injecting; joins the thread."""
         self._halt.set()
         self.join(timeout=60)
-        if self._preempting is not None:
-            _, stderr = self._preempting.communicate(timeout=120)
-            if self._preempting.returncode != 0:
+        for preempting in self._preempting.values():
+            _, stderr = preempting.communicate(timeout=120)
+            if preempting.returncode != 0:
                 self.errors.append(RuntimeError(f"rlax preempt failed: {stderr}"))
 
     def run(self) -> None:
@@ -122,15 +120,15 @@ class ChaosMonkey(threading.Thread):
             recovering_from = None
             if next_worker_kill is None:
                 next_worker_kill = time.monotonic() + self.plan.worker_kill_every_s
-            preempting = self._preempting is not None and self._preempting.poll() is None
-            if one_offs and step >= one_offs[0][0] and not preempting:
+            if one_offs and step >= one_offs[0][0]:
                 _, kind = one_offs.pop(0)
                 self._one_off(kind, step, step_time)
                 recovering_from = step
             elif step < self.plan.quiet_from_step and time.monotonic() >= next_worker_kill:
                 name = f"w{workers % _count(self.run_dir, 'worker')}"
                 workers += 1
-                if self._kill(name):
+                # A kill of a process still leaving after its preempt would count as neither.
+                if not self._leaving(name) and self._kill(name):
                     self.faults.append(Fault("worker_kill", name, time.time(), step, step_time))
                 next_worker_kill = time.monotonic() + self.plan.worker_kill_every_s
 
@@ -154,20 +152,27 @@ class ChaosMonkey(threading.Thread):
         now = time.time()
         if kind in ("preempt", "verifier_preempt"):
             name = "w1" if kind == "preempt" else "v1"
-            self._preempting = subprocess.Popen(
+            self._preempting[name] = subprocess.Popen(
                 [sys.executable, "-m", "rlax_core.cli", "preempt", str(self.run_dir), name,
                  "--grace", str(self.plan.preempt_grace_s)],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
-        elif kind == "worker_kill":  # not w1, which the preempt may still be draining
-            name = next((n for n in ("w0", "w2") if self._kill(n)), "")
+        elif kind == "worker_kill":
+            name = next(
+                (n for n in ("w0", "w1", "w2") if not self._leaving(n) and self._kill(n)), ""
+            )
             if not name:
-                raise RuntimeError("no worker besides w1 was running when its kill was due")
+                raise RuntimeError("no worker was running (and not leaving) when its kill was due")
         else:
             name = {"trainer_kill": "trainer", "transport_kill": "transport"}.get(kind, "v0")
             if not self._kill(name):
                 raise RuntimeError(f"{name} was not running when its fault was due")
         self.faults.append(Fault(kind, name, now, step, step_time))
+
+    def _leaving(self, name: str) -> bool:
+        """Whether ``rlax preempt`` of ``name`` is still waiting for it to leave."""
+        preempting = self._preempting.get(name)
+        return preempting is not None and preempting.poll() is None
 
     def _kill(self, name: str) -> bool:
         entry = read_table(self.run_dir).entry(name)
