@@ -335,6 +335,8 @@ class Scheduler:
             group.finished.append(sample)
             if len(group.finished) == len(request.seeds):
                 finished.append((request, sorted(group.finished, key=lambda s: s.index)))
+        # A plan's segments are the first prefills in progress, in order (one that waited
+        # for blocks may follow them, unplanned).
         for prefill, chunk in list(zip(self._prefills, plan.prefill, strict=False)):
             prefill.done += len(chunk.tokens)
             if prefill.done == len(prefill.tokens):
