@@ -215,3 +215,49 @@ def test_recompute_on_swap_gives_the_new_weights_keys(model) -> None:
         )
     assert gaps[True] < 1e-5
     assert gaps[False] > 1e-3
+
+
+def test_a_three_turn_rollout_is_token_exact(model) -> None:
+    """Three model turns, each ended by a stop token or its budget, with an
+    environment's reply appended after the first two: the trainer's teacher-forced
+    log-probabilities of the whole sequence equal the engine's on every model token
+    (within 1e-5), the sequence is what was sampled and appended, and the replies are
+    the only positions prefilled after the prompts."""
+    engine = Engine(model, slots=2, block_size=4, max_sequence_tokens=96, prefill_chunk=8)
+    params = SamplingParams(max_new_tokens=60, temperature=1.0)
+    requests = [Request(i, tuple(p), seeds=(i, i + 7), max_new_tokens=60,
+                        stop_token_ids=frozenset({7}), multi_turn=True, turn_tokens=9)
+                for i, p in enumerate(PROMPTS[:3])]  # fmt: skip
+    engine.submit(requests, params)
+    replies = {0: (90, 91, 92), 1: (93, 94)}
+    appended: dict[int, list[int]] = {}
+    turns: dict[int, int] = {}
+    done = {}
+    while len(done) < len(requests):
+        done.update((r.request_id, s) for r, s in engine.step())
+        for sample in engine.take_turns():
+            turn = turns[id(sample)] = turns.get(id(sample), 0) + 1
+            if turn == 3:
+                done.update((r.request_id, s) for r, s in engine.end(sample))
+                continue
+            appended.setdefault(id(sample), []).extend(replies[turn - 1])
+            engine.extend(sample, replies[turn - 1], 9)
+    samples = [s for i in range(len(requests)) for s in done[i]]
+    assert all(turns[id(s)] == 3 for s in samples)
+    for sample in samples:
+        mask = np.asarray(sample.sampled)
+        assert [t for t, m in zip(sample.tokens, mask, strict=True) if not m] == appended[id(sample)]
+    scored = Sampler(model).score([list(s.request.prompt) for s in samples],
+                                  [s.tokens for s in samples], 1.0)  # fmt: skip
+    worst = max(
+        float(np.abs(np.asarray(t)[m] - np.asarray(s.policy_logprobs)[m]).max())
+        for t, s in zip(scored, samples, strict=True)
+        for m in [np.asarray(s.sampled)]
+    )
+    assert worst < 1e-5
+    stats = engine.scheduler.stats
+    prompts = sum(len(r.prompt) - 1 for r in requests)
+    # Per extension, the turn's last token (sampled, not fed yet) and all of its reply
+    # but the last token (fed by the next decode step): as many positions as the reply.
+    assert stats.prefilled_tokens == prompts + stats.extended_tokens
+    assert engine.pool.used == 0

@@ -71,7 +71,7 @@ class _TokenPool:
                 token = _next_token(history, row.sample.seed, index)
                 sampled[i].append((token, -1.0, -2.0))
                 request = row.sample.request
-                if token in request.stop_token_ids or index + 1 == request.budget(row.sample.index):
+                if token in request.stop_token_ids or index + 1 == row.sample.limit:
                     del feeding[i]
                     finished = True
                 else:
@@ -267,3 +267,134 @@ def test_short_prompts_share_one_prefill_chunk() -> None:
     assert [len(p.prefill) for p in plans[:2]] == [4, 4]  # two positions each, 8 a chunk
     assert len(plans[2].decode) == 8
     assert all(done[r.request_id][0].tokens == _alone(r, 0) for r in requests)
+
+
+# -- multi-turn: samples pause at a turn's end, the caller appends a reply and goes on --
+
+TURNS, TURN_TOKENS = 3, 6
+
+
+def _reply(history: tuple[int, ...]) -> tuple[int, ...]:
+    """An environment's answer to a turn: one to three tokens that depend on it."""
+    mixed = hash(("reply", history)) & 0xFFFF
+    return tuple(VOCAB + (mixed >> (4 * i)) % 9 for i in range(1 + mixed % 3))
+
+
+def _turns_alone(request: Request, sample: int) -> tuple[list[int], list[bool]]:
+    """A multi-turn sample's tokens and which of them were sampled, run on its own."""
+    tokens: list[int] = []
+    sampled: list[bool] = []
+    budget, turn_end = request.budget(sample), TURN_TOKENS
+    for turn in range(TURNS):
+        while True:
+            token = _next_token((*request.prompt, *tokens), request.seeds[sample], len(tokens))
+            tokens.append(token)
+            sampled.append(True)
+            if token in request.stop_token_ids or len(tokens) == min(turn_end, budget):
+                break
+        reply = _reply((*request.prompt, *tokens))
+        if turn == TURNS - 1 or len(reply) >= budget - len(tokens):
+            break
+        tokens.extend(reply)
+        sampled.extend([False] * len(reply))
+        turn_end = len(tokens) + TURN_TOKENS
+    return tokens, sampled
+
+
+def _run_turns(
+    scheduler: Scheduler, requests: list[Request], *, recompute_every: int = 0, delay: int = 0
+):
+    """Drives multi-turn requests to the end; an environment answers a turn ``delay``
+    steps (or fewer: a hash of it) after it ended, as a sandbox would, while the others
+    go on."""
+    for request in requests:
+        scheduler.add(request)
+    engine, done, steps, turns, pending = _TokenPool(scheduler.pool), {}, 0, {}, []
+    while not scheduler.idle:
+        if scheduler.busy:
+            plan = scheduler.plan(3)
+            done.update((r.request_id, s) for r, s in scheduler.commit(plan, engine.run(plan)))
+            steps += 1
+            assert steps < 10_000, "the scheduler does not finish"
+            if recompute_every and steps % recompute_every == 0 and steps < 300:
+                scheduler.recompute()
+        for sample in scheduler.take_turns():
+            wait = hash(sample.history) % (delay + 1)
+            pending.append((steps + wait, sample))
+        pending.sort(key=lambda p: p[0])
+        while pending and (pending[0][0] <= steps or not scheduler.busy):
+            _, sample = pending.pop(0)
+            turn = turns[id(sample)] = turns.get(id(sample), 0) + 1
+            reply = _reply(sample.history)
+            if turn == TURNS or len(reply) >= sample.tokens_left:
+                done.update((r.request_id, s) for r, s in scheduler.end(sample))
+            else:
+                scheduler.extend(sample, reply, TURN_TOKENS)
+    return done
+
+
+def _multi_turn_requests(count: int, *, seed: int) -> list[Request]:
+    return [
+        Request(r.request_id, r.prompt, r.seeds, max_new_tokens=r.max_new_tokens + 12,
+                stop_token_ids=r.stop_token_ids, multi_turn=True, turn_tokens=TURN_TOKENS)
+        for r in _requests(count, seed=seed)
+    ]  # fmt: skip
+
+
+def test_a_multi_turn_sample_continues_from_its_cached_prefix() -> None:
+    """Each turn's reply is appended and only it is prefilled (never the history
+    again); every sample's tokens, environment tokens marked, are what it samples
+    alone, and no block leaks."""
+    requests = _multi_turn_requests(8, seed=5)
+    scheduler = _scheduler(slots=3, blocks=300)
+    done = _run_turns(scheduler, requests)
+    appended = 0
+    for request in requests:
+        for sample in done[request.request_id]:
+            tokens, sampled = _turns_alone(request, sample.index)
+            assert (sample.tokens, sample.sampled) == (tokens, sampled)
+            appended += sampled.count(False)
+    assert appended > 0 and scheduler.stats.turns > len(requests)
+    assert scheduler.stats.extended_tokens == appended
+    prompts = sum(len(r.prompt) - 1 for r in requests)
+    assert scheduler.stats.prefilled_tokens == prompts + appended
+    assert scheduler.stats.preemptions == 0 and scheduler.pool.used == 0
+
+
+@pytest.mark.parametrize(("blocks", "recompute_every"), [(20, 0), (300, 7)])
+def test_paused_samples_give_up_their_keys_and_lose_nothing(
+    blocks: int, recompute_every: int
+) -> None:
+    """A small pool takes the keys of samples waiting for their environment first; new
+    weights drop them too: either way they are prefilled again from their histories
+    when extended, token-exact."""
+    requests = _multi_turn_requests(8, seed=6)
+    scheduler = _scheduler(slots=4, blocks=blocks)
+    done = _run_turns(scheduler, requests, recompute_every=recompute_every, delay=6)
+    for request in requests:
+        for sample in done[request.request_id]:
+            assert (sample.tokens, sample.sampled) == _turns_alone(request, sample.index)
+    assert scheduler.stats.preemptions + scheduler.stats.recomputed > 0
+    assert scheduler.pool.used == 0
+
+
+def test_only_a_paused_sample_is_extended_within_its_budget() -> None:
+    request = Request("r", (1, 2, 3), seeds=(9,), max_new_tokens=4, multi_turn=True,
+                      turn_tokens=2)
+    scheduler = _scheduler()
+    scheduler.add(request)
+    engine = _TokenPool(scheduler.pool)
+    while not (turns := scheduler.take_turns()):
+        plan = scheduler.plan()
+        assert scheduler.commit(plan, engine.run(plan)) == []  # paused, not finished
+    (sample,) = turns
+    assert not scheduler.busy and not scheduler.idle  # waiting for the caller
+    with pytest.raises(ValueError, match="tokens left"):
+        scheduler.extend(sample, (1,) * sample.tokens_left, 1)
+    with pytest.raises(ValueError, match="at least one token"):
+        scheduler.extend(sample, (), 1)
+    ((ended, samples),) = scheduler.end(sample)
+    assert ended is request and samples == [sample] and scheduler.idle
+    with pytest.raises(ValueError, match="only a paused sample"):
+        scheduler.extend(sample, (1,), 1)
+    assert scheduler.pool.used == 0

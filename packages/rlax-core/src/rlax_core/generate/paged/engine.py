@@ -241,11 +241,28 @@ class Engine:
 
     def step(self) -> list[tuple[Request, list[Sample]]]:
         """Runs one step (if anything is queued or running); returns the requests whose
-        samples have all finished, each with its samples in order."""
-        if self.scheduler.idle:
+        samples have all finished, each with its samples in order. Multi-turn samples
+        whose turn ended wait in :meth:`take_turns`."""
+        if not self.scheduler.busy:
             return []
         plan = self.scheduler.plan(self.decode_burst)
         return self.scheduler.commit(plan, self.run(plan), self.version)
+
+    def take_turns(self) -> list[Sample]:
+        """The multi-turn samples whose turn ended since the last call, each waiting to
+        be extended (:meth:`extend`) or ended (:meth:`end`); see
+        :meth:`Scheduler.take_turns`."""
+        return self.scheduler.take_turns()
+
+    def extend(self, sample: Sample, tokens: Sequence[int], max_new_tokens: int) -> None:
+        """Appends an environment's tokens to a paused sample and lets it sample its next
+        turn from its cached prefix; see :meth:`Scheduler.extend`."""
+        self.scheduler.extend(sample, tokens, max_new_tokens)
+
+    def end(self, sample: Sample) -> list[tuple[Request, list[Sample]]]:
+        """Ends a paused sample; its request if it was the last; see
+        :meth:`Scheduler.end`."""
+        return self.scheduler.end(sample)
 
     @property
     def chunk_buckets(self) -> tuple[int, ...]:
@@ -345,7 +362,7 @@ class Engine:
             tokens[i], positions[i] = row.token, row.position
             tables[i, : len(row.blocks)] = row.blocks
             seeds[i], indices[i] = sample.seed, len(sample.tokens)
-            left[i] = sample.request.budget(sample.index) - len(sample.tokens)
+            left[i] = sample.limit - len(sample.tokens)
             stop = sorted(sample.request.stop_token_ids)
             stops[i, : len(stop)] = stop
         copies = np.full((self.slots, 2), SCRATCH_BLOCK, np.int32)

@@ -8,6 +8,14 @@ sequences for its whole length. A chunk packs several prompts (up to
 and an empty engine fill in a few steps, not one step per prompt. A sequence that
 finishes frees its slot for the next one at the next step.
 
+A multi-turn request's samples pause at the end of each turn (a stop token or the
+turn's budget) instead of finishing: the slot goes to the next sequence, the keys stay.
+The caller appends the environment's reply (:meth:`Scheduler.extend`), and only those
+tokens are prefilled before the sample decodes again from its cached prefix; or it ends
+the sample (:meth:`Scheduler.end`). A paused sample's keys are the first to go when
+blocks are short, and for new weights: it is prefilled again from its history when
+extended.
+
 Every sequence is in one shape: its history (prompt, then the tokens sampled so far),
 keys and values computed for all but the last position, and that last token waiting to
 be fed. A prompt is prefilled once, up to its last token, and its samples share its
@@ -54,6 +62,11 @@ class Request:
         stop_token_ids: tokens that end a sample (kept as its last token).
         budgets: per sample, its own most new tokens instead (empty: ``max_new_tokens``
             for each).
+        multi_turn: samples pause at the end of a turn for the caller to extend or end
+            them (their budget then counts every token after the prompt, the
+            environment's too).
+        turn_tokens: with ``multi_turn``, the most tokens a sample's first turn samples
+            (0: its budget); each later turn's is given to :meth:`Scheduler.extend`.
     """
 
     request_id: Hashable
@@ -62,6 +75,8 @@ class Request:
     max_new_tokens: int
     stop_token_ids: frozenset[int] = frozenset()
     budgets: tuple[int, ...] = ()
+    multi_turn: bool = False
+    turn_tokens: int = 0
 
     def __post_init__(self) -> None:
         if not self.prompt:
@@ -95,6 +110,8 @@ class Sample:
     behaviour_logprobs: list[float] = field(default_factory=list)
     policy_logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)  # per token, the policy that sampled it
+    sampled: list[bool] = field(default_factory=list)  # per token, False: an environment's
+    turn_end: int | None = None  # len(tokens) at which this turn ends (None: the budget)
     blocks: list[int] = field(default_factory=list)
     slot: int | None = None
     finish_reason: str | None = None
@@ -110,6 +127,18 @@ class Sample:
         return (*self.request.prompt, *self.tokens)
 
     @property
+    def limit(self) -> int:
+        """The number of tokens at which this turn (or, single-turn, the sample) ends."""
+        budget = self.request.budget(self.index)
+        end = self.request.turn_tokens if self.turn_end is None else self.turn_end
+        return min(end, budget) if end else budget
+
+    @property
+    def tokens_left(self) -> int:
+        """Tokens the sample's budget still allows, its environment's included."""
+        return self.request.budget(self.index) - len(self.tokens)
+
+    @property
     def position(self) -> int:
         """The position of the token fed next (its keys are not computed yet)."""
         return len(self.request.prompt) + len(self.tokens) - 1
@@ -117,7 +146,8 @@ class Sample:
 
 @dataclass(eq=False)
 class _Prefill:
-    """Positions ``[0, len(tokens))`` being computed into ``blocks``, a chunk a step."""
+    """Positions ``[done, len(tokens))`` being computed into ``blocks``, a chunk a step
+    (``done`` > 0 at the start: a paused sample's cached prefix, continued)."""
 
     tokens: tuple[int, ...]
     blocks: list[int]
@@ -186,6 +216,8 @@ class SchedulerStats:
     prefilled_tokens: int = 0
     busy_slot_steps: int = 0
     recomputed: int = 0  # sequences and prompts whose keys were dropped for new weights
+    turns: int = 0  # turns of multi-turn samples that ended in a pause
+    extended_tokens: int = 0  # environment tokens appended to paused samples
 
 
 class Scheduler:
@@ -214,6 +246,9 @@ class Scheduler:
         self._ready: deque[_Group] = deque()  # prefilled, samples still to start
         self._stale: deque[_Group] = deque()  # like _ready, but to be prefilled again
         self._prefills: list[_Prefill] = []  # in progress, in the order they started
+        self._paused: list[Sample] = []  # multi-turn samples waiting for the caller
+        self._continuing: deque[_Prefill] = deque()  # extended, their new tokens to prefill
+        self.turns_ended: list[Sample] = []  # paused since the caller last took them
         self._running: list[Sample | None] = [None] * slots
         self._copies: list[tuple[int, int]] = []
         self._ages = 0
@@ -250,9 +285,15 @@ class Scheduler:
 
     @property
     def idle(self) -> bool:
-        """Nothing is queued, prefilling or running."""
-        return not (
+        """Nothing is queued, prefilling, running or paused."""
+        return not (self._paused or self.busy)
+
+    @property
+    def busy(self) -> bool:
+        """Some work can be planned (paused samples wait for the caller, not a step)."""
+        return bool(
             self._waiting
+            or self._continuing
             or self._preempted
             or self._resumable
             or self._ready
@@ -282,7 +323,7 @@ class Scheduler:
         copies, self._copies = tuple(self._copies), []
         if waited:
             self.stats.admission_waits += 1
-        if not decode and not prefill and not self.idle:
+        if not decode and not prefill and self.busy:
             raise RuntimeError(
                 "the scheduler can make no progress: every queued sequence waits for KV "
                 "blocks and nothing runs that could free them; make the pool larger"
@@ -314,12 +355,13 @@ class Scheduler:
                 sample.behaviour_logprobs.append(float(behaviour))
                 sample.policy_logprobs.append(float(policy))
                 sample.versions.append(version)
+                sample.sampled.append(True)
                 self.stats.decoded_tokens += 1
                 self.stats.busy_slot_steps += 1
                 request = sample.request
                 if int(token) in request.stop_token_ids:
                     sample.finish_reason = "stop"
-                elif len(sample.tokens) == request.budget(sample.index):
+                elif len(sample.tokens) == sample.limit:
                     sample.finish_reason = "length"
                 else:
                     continue
@@ -328,13 +370,12 @@ class Scheduler:
                 continue
             self._running[row.slot] = None
             sample.slot = None
-            self.pool.release(sample.blocks)
-            sample.blocks = []
-            group = sample.group
-            assert group is not None
-            group.finished.append(sample)
-            if len(group.finished) == len(request.seeds):
-                finished.append((request, sorted(group.finished, key=lambda s: s.index)))
+            if request.multi_turn:  # its keys stay, for the caller to extend or end it
+                self._paused.append(sample)
+                self.turns_ended.append(sample)
+                self.stats.turns += 1
+            else:
+                finished.extend(self._close(sample))
         # A plan's segments are the first prefills in progress, in order (one that waited
         # for blocks may follow them, unplanned).
         for prefill, chunk in list(zip(self._prefills, plan.prefill, strict=False)):
@@ -342,6 +383,101 @@ class Scheduler:
             if prefill.done == len(prefill.tokens):
                 self._finish_prefill(prefill)
         return finished
+
+    def take_turns(self) -> list[Sample]:
+        """The multi-turn samples whose turn ended since the last call, each to be
+        extended or ended (``finish_reason`` says how the turn ended)."""
+        turns, self.turns_ended = self.turns_ended, []
+        return turns
+
+    def extend(self, sample: Sample, tokens: Sequence[int], max_new_tokens: int) -> None:
+        """Appends an environment's ``tokens`` to a paused sample, which then samples a
+        turn of at most ``max_new_tokens`` (and what its budget has left). Only the new
+        tokens are prefilled, over the keys the sample kept (all of them again if they
+        were dropped meanwhile).
+
+        Raises:
+            ValueError: the sample is not paused, no token is given, or its budget
+                leaves no room for them and one more sampled token.
+        """
+        if sample not in self._paused:
+            raise ValueError("only a paused sample (a multi-turn sample whose turn ended) "
+                             "can be extended")  # fmt: skip
+        if not tokens:
+            raise ValueError("extend needs at least one token to append")
+        if max_new_tokens < 1 or len(tokens) >= sample.tokens_left:
+            raise ValueError(
+                f"the sample's budget has {sample.tokens_left} tokens left: not enough for "
+                f"{len(tokens)} appended and {max(1, max_new_tokens)} sampled; end it instead"
+            )
+        self._paused.remove(sample)
+        computed = sample.position  # keys exist for every position before it
+        version = sample.versions[-1] if sample.versions else 0
+        for token in tokens:
+            sample.tokens.append(int(token))
+            sample.behaviour_logprobs.append(0.0)
+            sample.policy_logprobs.append(0.0)
+            sample.versions.append(version)
+            sample.sampled.append(False)
+        sample.turn_end = len(sample.tokens) + max_new_tokens
+        sample.finish_reason = None
+        self.stats.extended_tokens += len(tokens)
+        if sample.blocks:  # the cached prefix: compute the new positions only
+            prefill = _Prefill(sample.history[:-1], sample.blocks, sample, done=computed)
+            sample.blocks = []  # the prefill holds them until it finishes
+            self._continuing.append(prefill)
+        else:  # its keys were dropped: prefilled again from its history
+            self._preempted.append(sample)
+            self._preempted.sort(key=lambda s: s.age)
+
+    def end(self, sample: Sample) -> list[tuple[Request, list[Sample]]]:
+        """Ends a paused sample (its ``finish_reason`` stays its last turn's); returns
+        its request with every sample if it was the last to end, as :meth:`commit` does.
+
+        Raises:
+            ValueError: the sample is not paused.
+        """
+        if sample not in self._paused:
+            raise ValueError("only a paused sample can be ended")
+        self._paused.remove(sample)
+        return self._close(sample)
+
+    def _close(self, sample: Sample) -> list[tuple[Request, list[Sample]]]:
+        """Releases a finished sample's blocks; its request if all its samples ended."""
+        self.pool.release(sample.blocks)
+        sample.blocks = []
+        group = sample.group
+        assert group is not None
+        group.finished.append(sample)
+        if len(group.finished) < len(sample.request.seeds):
+            return []
+        return [(sample.request, sorted(group.finished, key=lambda s: s.index))]
+
+    def _drop_continuing(self) -> bool:
+        """Frees the cached prefix of the latest extended sample whose prefill has not
+        started (prefilled from its whole history instead); False if there is none."""
+        if not self._continuing:
+            return False
+        prefill = self._continuing.pop()
+        self.pool.release(prefill.blocks)
+        prefill.owner.preemptions += 1
+        self.stats.preemptions += 1
+        self._preempted.append(prefill.owner)
+        self._preempted.sort(key=lambda s: s.age)
+        return True
+
+    def _drop_paused(self) -> bool:
+        """Frees the keys of the youngest paused sample that holds any (prefilled again
+        from its history when extended); False if none holds any."""
+        holding = [s for s in self._paused if s.blocks]
+        if not holding:
+            return False
+        sample = max(holding, key=lambda s: s.age)
+        self.pool.release(sample.blocks)
+        sample.blocks = []
+        sample.preemptions += 1
+        self.stats.preemptions += 1
+        return True
 
     def recompute(self) -> int:
         """Drops every key and value computed so far, for new weights (call between a
@@ -365,6 +501,17 @@ class Scheduler:
             group.blocks = []
             self._stale.append(group)
             dropped += 1
+        while self._continuing:
+            prefill = self._continuing.popleft()
+            self.pool.release(prefill.blocks)
+            self._preempted.append(prefill.owner)
+            dropped += 1
+        for sample in self._paused:
+            if sample.blocks:
+                self.pool.release(sample.blocks)
+                sample.blocks = []
+                dropped += 1
+        self._preempted.sort(key=lambda s: s.age)
         self.stats.recomputed += dropped
         return dropped
 
@@ -383,6 +530,8 @@ class Scheduler:
                     sample.blocks.extend(block)
                 elif holding := [p for p in self._prefills if p.blocks]:
                     self._abort_prefill(holding[-1])
+                elif self._drop_continuing() or self._drop_paused():
+                    continue
                 else:
                     running = (s for s in self._running if s is not None)
                     self._preempt(max(running, key=lambda s: s.age))
@@ -406,7 +555,7 @@ class Scheduler:
         for sample in self._running:
             if sample is None:
                 continue
-            left = sample.request.budget(sample.index) - len(sample.tokens)
+            left = sample.limit - len(sample.tokens)
             furthest = sample.position + min(burst, left) - 1
             needed.append((sample, furthest // size + 1 - len(sample.blocks)))
         if sum(max(0, n) for _, n in needed) > self.pool.free:
@@ -491,13 +640,16 @@ class Scheduler:
         room = self.prefill_chunk
         index = 0
         while room and len(segments) < MAX_PREFILL_SEGMENTS:
-            if index == len(self._prefills) and not self._start_prefill():
+            if index == len(self._prefills) and not self._start_prefill(first=not segments):
                 break
             prefill = self._prefills[index]
             count = min(room, len(prefill.tokens) - prefill.done)
             needed = self.pool.blocks_for(prefill.done + count) - len(prefill.blocks)
             if needed > 0:
                 more = self.pool.allocate(needed)
+                if more is None and not any(self._running):  # else blocks free up soon
+                    while more is None and (self._drop_continuing() or self._drop_paused()):
+                        more = self.pool.allocate(needed)
                 if more is None:
                     if not prefill.blocks:  # started for this chunk: back in line
                         self._abort_prefill(prefill)
@@ -518,10 +670,14 @@ class Scheduler:
                        for p in self._prefills)  # fmt: skip
         return waiting + len(self._resumable) < self.slots
 
-    def _start_prefill(self) -> bool:
-        """Starts the next prefill: a preempted sample's history first, then a prompt
-        whose keys were dropped, else a new prompt (when its samples would find slots
-        soon). False if there is none to start."""
+    def _start_prefill(self, *, first: bool) -> bool:
+        """Starts the next prefill: an extended sample's new tokens first (only as a
+        chunk's ``first`` segment: its table holds its whole history), then a preempted
+        sample's history, then a prompt whose keys were dropped, else a new prompt (when
+        its samples would find slots soon). False if there is none to start."""
+        if self._continuing and first:
+            self._prefills.append(self._continuing.popleft())
+            return True
         if self._preempted:
             sample = self._preempted.pop(0)
             owner: _Group | Sample = sample
@@ -539,7 +695,7 @@ class Scheduler:
         self._prefills.append(prefill)
         if not tokens:  # a one-token prompt: nothing to prefill
             self._finish_prefill(prefill)
-            return self._start_prefill()
+            return self._start_prefill(first=first)
         return True
 
     def _abort_prefill(self, prefill: _Prefill) -> None:
