@@ -379,8 +379,7 @@ def test_paused_samples_give_up_their_keys_and_lose_nothing(
 
 
 def test_only_a_paused_sample_is_extended_within_its_budget() -> None:
-    request = Request("r", (1, 2, 3), seeds=(9,), max_new_tokens=4, multi_turn=True,
-                      turn_tokens=2)
+    request = Request("r", (1, 2, 3), seeds=(9,), max_new_tokens=4, multi_turn=True, turn_tokens=2)
     scheduler = _scheduler()
     scheduler.add(request)
     engine = _TokenPool(scheduler.pool)
