@@ -1,4 +1,5 @@
-"""The hooks through which plugins add transports, sandboxes, judges and launchers.
+"""The hooks through which plugins add transports, sandboxes, judges, environments,
+tools and launchers.
 
 A plugin is a module (found through an ``rlax`` entry point) with functions marked
 ``@hookimpl`` whose names match the hooks below. Each hook is called exactly once per
@@ -84,6 +85,27 @@ def register_judges(register: Register) -> None:
 
 
 @hookspec
+def register_environments(register: Register) -> None:
+    """Registers environments: factories returning a
+    :class:`~rlax_core.contracts.Environment` (what answers a model's turns).
+
+    Called once per plugin when the plugin manager is built. The run config selects one
+    with ``environment: {type: NAME, ...}`` (default: ``single_turn``). An environment
+    with tools builds them through ``context.build_tool(config)``.
+    """
+
+
+@hookspec
+def register_tools(register: Register) -> None:
+    """Registers tools: factories returning a :class:`~rlax_core.contracts.Tool`.
+
+    Called once per plugin when the plugin manager is built. A tool environment's config
+    lists them: ``environment: {type: tools, tools: [{type: NAME, ...}]}``. A tool that
+    runs code builds its sandbox through ``context.build_sandbox()``.
+    """
+
+
+@hookspec
 def register_launchers(register: Register) -> None:
     """Registers launchers: factories returning a :class:`~rlax_core.contracts.Launcher`.
 
@@ -99,6 +121,8 @@ PLUGIN_KINDS: dict[str, str] = {
         ("transport_server", register_transport_servers),
         ("sandbox", register_sandboxes),
         ("judge", register_judges),
+        ("environment", register_environments),
+        ("tool", register_tools),
         ("launcher", register_launchers),
     )
 }

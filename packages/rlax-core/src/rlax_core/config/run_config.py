@@ -1,6 +1,7 @@
 """The run config model, assembled from the fixed sections and the installed plugins.
 
-Plugin sections (``transport``, ``verifier.judge``, ``verifier.sandbox``, ``launcher``)
+Plugin sections (``transport``, ``verifier.judge``, ``verifier.sandbox``,
+``environment``, ``launcher``)
 are discriminated unions on ``type`` over the config classes that plugins registered,
 so ``rlax config schema`` and validation always match what is installed. The model is
 built at run time (:func:`run_config_model`), but code is typed against its static
@@ -111,6 +112,7 @@ class RunConfigBase(BaseModel):
         # The plugin sections, added by make_run_config_model for the installed plugins.
         transport: BaseModel
         verifier: VerifierSectionBase | None
+        environment: BaseModel
         launcher: BaseModel | None
 
     @model_validator(mode="after")
@@ -203,6 +205,11 @@ def make_run_config_model(registry: Registry) -> type[RunConfigBase]:
         if "inproc" in registry.names("transport")
         else None
     )
+    default_environment = (
+        (lambda: registry.get("environment", "single_turn").config_cls())
+        if "single_turn" in registry.names("environment")
+        else None
+    )
     return create_model(
         "RunConfig",
         __base__=RunConfigBase,
@@ -216,6 +223,13 @@ def make_run_config_model(registry: Registry) -> type[RunConfigBase]:
         verifier=(
             verifier | None,
             Field(default=None, description="How completions are judged."),
+        ),
+        environment=plugin_field(
+            registry,
+            "environment",
+            default=default_environment,
+            description="What answers the model's turns: single_turn (one prompt, one answer, "
+            "the default), tools, or an installed environment plugin.",
         ),
         launcher=plugin_field(
             registry,

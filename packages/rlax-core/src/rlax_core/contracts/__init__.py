@@ -1,5 +1,13 @@
 """The interfaces that plugins implement. Each module states its guarantees."""
 
+from rlax_core.contracts.environment import (
+    Environment,
+    EnvStep,
+    Episode,
+    Message,
+    Tool,
+    ToolError,
+)
 from rlax_core.contracts.launcher import (
     PROCESS_STATES,
     Launcher,
@@ -15,9 +23,13 @@ from rlax_core.contracts.verifier import Judge, Program, RunRequest, SandboxBack
 
 __all__ = [
     "PROCESS_STATES",
+    "EnvStep",
+    "Environment",
+    "Episode",
     "FetchedParameters",
     "Judge",
     "Launcher",
+    "Message",
     "ParameterStore",
     "ProcessRole",
     "ProcessState",
@@ -27,6 +39,8 @@ __all__ = [
     "RenderedArtifact",
     "RunRequest",
     "SandboxBackend",
+    "Tool",
+    "ToolError",
     "Transport",
     "TransportServer",
 ]

@@ -95,9 +95,14 @@ class Tokenizer:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def render_chat(
-        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> str:
-        """The chat template applied to ``messages`` (``[{"role": ..., "content": ...}]``).
+        """The chat template applied to ``messages`` (``[{"role": ..., "content": ...}]``),
+        and ``tools`` (OpenAI's function format) where the template lists them.
 
         Raises:
             ValueError: the tokenizer has no chat template, or the template refused the
@@ -109,6 +114,7 @@ class Tokenizer:
             return _compile(self.chat_template).render(
                 messages=list(messages),
                 add_generation_prompt=add_generation_prompt,
+                tools=list(tools) if tools else None,
                 eos_token=self.eos_token,
                 pad_token=self.pad_token,
             )
@@ -116,10 +122,15 @@ class Tokenizer:
             raise ValueError(f"the chat template failed: {exc}") from None
 
     def apply_chat_template(
-        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[int]:
         """Token ids of the rendered chat (what the model is prompted with)."""
-        return self.encode(self.render_chat(messages, add_generation_prompt=add_generation_prompt))
+        text = self.render_chat(messages, add_generation_prompt=add_generation_prompt, tools=tools)
+        return self.encode(text)
 
 
 def _token_text(value: Any) -> str | None:

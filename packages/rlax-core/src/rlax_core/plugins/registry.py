@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rlax_core.errors import PluginError
+from rlax_core.errors import ConfigError, PluginError
 from rlax_core.hookspecs import PLUGIN_KINDS
 
 if TYPE_CHECKING:
@@ -130,6 +130,26 @@ class BuildContext:
                 f"config (installed sandboxes: {installed})"
             )
         return self.registry.build("sandbox", sandbox, self)
+
+    def build_tool(self, spec: Mapping[str, Any]) -> Any:
+        """Builds a tool from its config (``{type: NAME, ...}``, as an environment's
+        config lists it), validated against that tool's config class.
+
+        Raises:
+            ConfigError: the tool is not installed or its settings are wrong.
+        """
+        name = spec.get("type") if isinstance(spec, Mapping) else None
+        if not isinstance(name, str):
+            raise ConfigError(f"a tool is given as {{type: NAME, ...}}, got {spec!r}")
+        try:
+            registration = self.registry.get("tool", name)
+        except PluginError as exc:
+            raise ConfigError(str(exc)) from None
+        try:
+            config = registration.config_cls.model_validate(dict(spec))
+        except ValidationError as exc:
+            raise ConfigError(f"tool {name!r}: {exc}") from None
+        return registration.factory(config, self)
 
 
 def plugin_config_class(

@@ -50,7 +50,18 @@ class Rollout(Record):
         "landed mid-completion (rollout.in_flight_updates); None: every token's version is "
         "the group's policy_version.",
     )
+    environment_spans: tuple[tuple[int, int], ...] = Field(
+        default=(),
+        description="[start, end) ranges of completion_tokens that an environment wrote (tool "
+        "results, user turns) between the model's turns: never sampled, never trained on; "
+        "their log-probabilities are 0. Empty: the model sampled every token.",
+    )
     finish_reason: Literal["stop", "length"] = Field(description="Why sampling ended.")
+    end_reason: str | None = Field(
+        default=None,
+        description="Why a multi-turn rollout ended, when not at the model's last turn: the "
+        "turn limit, a hung environment step, the token budget.",
+    )
     reward: float | None = Field(
         description="Scalar reward from the judge; None when there is no judgement (a sandbox "
         "error, invalid input, or not judged yet): such a sample is never trained on."
@@ -72,7 +83,28 @@ class Rollout(Record):
             raise ValueError(
                 f"policy_logprobs has {len(self.policy_logprobs)} entries for {n} tokens"
             )
+        end = 0
+        for start, stop in self.environment_spans:
+            if not end <= start < stop <= n:
+                raise ValueError(
+                    f"environment_spans {self.environment_spans} are not ascending, disjoint "
+                    f"and non-empty ranges within the {n} completion tokens"
+                )
+            end = stop
         return self
+
+    def answer_tokens(self) -> tuple[int, ...]:
+        """The model's last turn, after the last environment span (the whole completion
+        of a single-turn rollout): what the judge decides on."""
+        start = self.environment_spans[-1][1] if self.environment_spans else 0
+        return self.completion_tokens[start:]
+
+    def sampled_mask(self) -> list[bool]:
+        """Per completion token, whether the model sampled it (False: an environment's)."""
+        mask = [True] * len(self.completion_tokens)
+        for start, stop in self.environment_spans:
+            mask[start:stop] = [False] * (stop - start)
+        return mask
 
 
 class RolloutGroup(Record):

@@ -4,7 +4,12 @@ from rlax_core.config.sections.base import Section
 from rlax_core.config.sections.data import DataSection, DatasetConfig, template_fields
 from rlax_core.config.sections.metrics import MetricsSection, WandbSection
 from rlax_core.config.sections.model import ModelSection
-from rlax_core.config.sections.rollout import EngineSection, RolloutSection, StalenessSection
+from rlax_core.config.sections.rollout import (
+    EngineSection,
+    RolloutSection,
+    StalenessSection,
+    TurnsSection,
+)
 from rlax_core.config.sections.run import RunSection
 from rlax_core.config.sections.schedule import CheckpointSection, EvalSection, WarmStartSection
 from rlax_core.config.sections.training import AlgorithmSection, MeshSection, TrainerSection
@@ -24,6 +29,7 @@ __all__ = [
     "Section",
     "StalenessSection",
     "TrainerSection",
+    "TurnsSection",
     "WandbSection",
     "WarmStartSection",
     "template_fields",

@@ -77,6 +77,34 @@ class EngineSection(Section):
     )
 
 
+class TurnsSection(Section):
+    """Limits of multi-turn rollouts (an environment that answers the model's turns), the
+    same for every environment. A rollout that reaches one ends there, with the limit as
+    its ``end_reason``; ``rollout.max_new_tokens`` bounds every token after the prompt,
+    the environment's included."""
+
+    max_turns: int = Field(default=8, ge=1, le=1024, description="Most model turns per rollout.")
+    turn_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most tokens the model samples in one turn (default: what "
+        "max_new_tokens leaves).",
+    )
+    step_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Wall time an environment step (a tool call in a sandbox) may take; a "
+        "step past it is cut off and the rollout ends with that reason.",
+    )
+    environment_threads: int = Field(
+        default=8,
+        ge=1,
+        le=1024,
+        description="Environment steps a worker runs at once, beside its engine (a step "
+        "waiting on a sandbox does not idle the engine).",
+    )
+
+
 class RolloutSection(Section):
     """How inference workers sample."""
 
@@ -103,6 +131,10 @@ class RolloutSection(Section):
     )
     engine: EngineSection = Field(
         default_factory=EngineSection, description="What generates the completions."
+    )
+    turns: TurnsSection = Field(
+        default_factory=TurnsSection,
+        description="Limits of multi-turn rollouts (an environment other than single_turn).",
     )
     in_flight_updates: bool = Field(
         default=False,

@@ -139,6 +139,14 @@ class Sample:
         return self.request.budget(self.index) - len(self.tokens)
 
     @property
+    def last_turn(self) -> list[int]:
+        """The tokens sampled since the environment's last reply (all of them, single-turn)."""
+        start = len(self.sampled)
+        while start and self.sampled[start - 1]:
+            start -= 1
+        return self.tokens[start:]
+
+    @property
     def position(self) -> int:
         """The position of the token fed next (its keys are not computed yet)."""
         return len(self.request.prompt) + len(self.tokens) - 1

@@ -25,7 +25,8 @@ class TrainBatch:
     Attributes:
         tokens: (N, L) int32, prompt then completion, right-padded with 0.
         valid: (N, L) bool, False on padding.
-        loss_mask: (N, L − 1) bool, True on completion targets that count in the loss.
+        loss_mask: (N, L − 1) bool, True on completion targets that count in the loss
+            (the model's tokens of a judged rollout; an environment's never count).
         behaviour_logprobs: (N, L − 1) log μ of each completion target.
         sampler_logprobs: (N, L − 1) the sampler's untruncated policy log-probabilities
             (NaN where the rollout did not report them).
@@ -149,6 +150,9 @@ def build_batch(
             behaviour[row, p - 1 : p - 1 + c] = rollout.behaviour_logprobs
             if rollout.policy_logprobs is not None:
                 sampler[row, p - 1 : p - 1 + c] = rollout.policy_logprobs
+            for start, stop in rollout.environment_spans:  # never sampled: never trained
+                loss_mask[row, p - 1 + start : p - 1 + stop] = False
+                sampler[row, p - 1 + start : p - 1 + stop] = np.nan
             flat_adv[row] = advantages[i, j]
             flat_rewards[row] = rewards[i, j]
             versions[row] = group.policy_version

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlax_core.config.run_config import RunConfigBase
+from rlax_core.contracts.environment import Environment
 from rlax_core.contracts.transport import Transport
 from rlax_core.contracts.verifier import Judge
 from rlax_core.data import PromptDataset, PromptMixture
@@ -109,23 +110,39 @@ def build_model(config: RunConfigBase, base_dir: Path, *, mesh: Mesh | None = No
     return init_model(model_config, seed=config.run.seed, mesh=mesh)
 
 
-def prompt_encoder(tokenizer: Tokenizer, chat_template: bool) -> Callable[[str], list[int]]:
-    """Prompt text → token ids, through the chat template when the config asks for it."""
+def prompt_encoder(
+    tokenizer: Tokenizer, chat_template: bool, tools: Sequence[dict] = ()
+) -> Callable[[str], list[int]]:
+    """Prompt text → token ids, through the chat template when the config asks for it
+    (listing ``tools``, the environment's, in OpenAI's function format)."""
     if chat_template:
-        return lambda text: tokenizer.apply_chat_template([{"role": "user", "content": text}])
+        return lambda text: tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tools=tools
+        )
+    if tools:
+        raise ConfigError(
+            "the environment offers tools, which the model is shown through the chat "
+            "template: set rollout.chat_template: true"
+        )
     return tokenizer.encode
 
 
 def train_prompts(
-    config: RunConfigBase, base_dir: Path, tokenizer: Tokenizer, *, seed: int | None = None
+    config: RunConfigBase,
+    base_dir: Path,
+    tokenizer: Tokenizer,
+    *,
+    seed: int | None = None,
+    tools: Sequence[dict] = (),
 ) -> tuple[PromptMixture, Callable[[], Prompt]]:
-    """The training mixture and a function drawing its next encoded prompt."""
+    """The training mixture and a function drawing its next encoded prompt (with the
+    environment's ``tools`` listed)."""
     if config.data is None:
         raise ConfigError("the run config has no data section: RL needs training prompts")
     mixture = PromptMixture.from_section(
         config.data, base_dir, seed=config.run.seed if seed is None else seed
     )
-    encode = prompt_encoder(tokenizer, config.rollout.chat_template)
+    encode = prompt_encoder(tokenizer, config.rollout.chat_template, tools)
 
     def next_prompt() -> Prompt:
         example = mixture.next()
@@ -134,12 +151,15 @@ def train_prompts(
     return mixture, next_prompt
 
 
-def eval_prompts(config: RunConfigBase, base_dir: Path, tokenizer: Tokenizer) -> list[Prompt]:
-    """The held-out prompts (``data.eval``), encoded; empty when none are configured."""
+def eval_prompts(
+    config: RunConfigBase, base_dir: Path, tokenizer: Tokenizer, *, tools: Sequence[dict] = ()
+) -> list[Prompt]:
+    """The held-out prompts (``data.eval``), encoded (with ``tools`` listed); empty when
+    none are configured."""
     if config.data is None or config.data.eval is None:
         return []
     dataset = PromptDataset.load(config.data.eval, base_dir)
-    encode = prompt_encoder(tokenizer, config.rollout.chat_template)
+    encode = prompt_encoder(tokenizer, config.rollout.chat_template, tools)
     return [
         (ex.example_id, encode(ex.prompt), ex.problem)
         for ex in (dataset[i] for i in range(len(dataset)))
@@ -152,6 +172,21 @@ def build_judge(registry: Registry, config: RunConfigBase, run_dir: Path) -> Jud
         raise ConfigError("the run config has no verifier section: RL needs a judge for rewards")
     context = BuildContext(registry, run_config=config, run_dir=run_dir)
     return registry.build("judge", config.verifier.judge, context)
+
+
+def build_environment(registry: Registry, config: RunConfigBase, run_dir: Path) -> Environment:
+    """The environment of ``environment`` (single-turn by default)."""
+    context = BuildContext(registry, run_config=config, run_dir=run_dir)
+    return registry.build("environment", config.environment, context)
+
+
+def tool_schemas(registry: Registry, config: RunConfigBase, run_dir: Path) -> list[dict]:
+    """The environment's tools in OpenAI's function format (what prompts list)."""
+    environment = build_environment(registry, config, run_dir)
+    try:
+        return [tool.schema() for tool in environment.tools]
+    finally:
+        environment.close()
 
 
 def require_networked_transport(role: str, config: RunConfigBase) -> None:

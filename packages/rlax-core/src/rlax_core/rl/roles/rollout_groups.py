@@ -22,16 +22,20 @@ def logprob_gaps(
     completions: Sequence[Sequence[int]],
     policy_logprobs: Sequence[Sequence[float]],
     temperature: float,
+    sampled: Sequence[Sequence[bool]] | None = None,
 ) -> list[float | None]:
     """Per completion, the worst |sampled − teacher-forced| policy log-probability, the
-    teacher-forced ones scored by ``sampler`` with the weights that sampled them."""
+    teacher-forced ones scored by ``sampler`` with the weights that sampled them;
+    ``sampled``: per token, whether the model sampled it (an environment's tokens have
+    no sampler log-probability to check)."""
     if not prompts:
         return []
     scored = sampler.score([list(p) for p in prompts], [list(c) for c in completions],
                            temperature)  # fmt: skip
+    masks = sampled or [[True] * len(c) for c in completions]
     return [
-        max((abs(a - b) for a, b in zip(s, p, strict=True)), default=None)
-        for s, p in zip(scored, policy_logprobs, strict=True)
+        max((abs(a - b) for a, b, m in zip(s, p, mask, strict=True) if m), default=None)
+        for s, p, mask in zip(scored, policy_logprobs, masks, strict=True)
     ]
 
 
@@ -62,12 +66,17 @@ def pack_group(
     gaps: Sequence[float | None],
     generation_s: float,
     token_versions: Sequence[Sequence[int]] | None = None,
+    sampled: Sequence[Sequence[bool]] | None = None,
+    end_reasons: Sequence[str | None] | None = None,
 ) -> RolloutGroup:
     """One group's completions (in sample order) as the rollout group sent on.
 
     Args:
         version: the version that sampled every token, or with ``token_versions`` (per
             completion, each token's version) the oldest of them.
+        sampled: per completion and token, whether the model sampled it (multi-turn:
+            False on an environment's tokens).
+        end_reasons: per completion, why a multi-turn rollout ended early.
     """
     mixed = token_versions is not None and any(len(set(v)) > 1 for v in token_versions)
     rollouts = tuple(
@@ -77,7 +86,9 @@ def pack_group(
             behaviour_logprobs=tuple(behaviour_logprobs[j]),
             policy_logprobs=tuple(policy_logprobs[j]),
             token_versions=tuple(token_versions[j]) if mixed and token_versions else None,
+            environment_spans=spans(sampled[j]) if sampled else (),
             finish_reason=finish_reasons[j],
+            end_reason=end_reasons[j] if end_reasons else None,
             reward=None if verdicts[j] is None else verdicts[j].reward,
             verdict=verdicts[j],
         )
@@ -95,6 +106,18 @@ def pack_group(
         logprob_gap=max(checked) if checked else None,
         problem=group.problem,
     )
+
+
+def spans(sampled: Sequence[bool]) -> tuple[tuple[int, int], ...]:
+    """The [start, end) ranges where ``sampled`` is False (an environment's tokens)."""
+    ranges, start = [], None
+    for i, mine in enumerate([*sampled, True]):
+        if not mine and start is None:
+            start = i
+        elif mine and start is not None:
+            ranges.append((start, i))
+            start = None
+    return tuple(ranges)
 
 
 def deliver(outbox: Queue, prompts: Queue, result: RolloutGroup, lease: Lease) -> None:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import jax
 
 from rlax_core.config.run_config import RunConfigBase
+from rlax_core.contracts.environment import Environment
 from rlax_core.contracts.transport import Transport
 from rlax_core.contracts.verifier import Judge
+from rlax_core.errors import ConfigError
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.plugins.manager import load_registry
@@ -54,10 +57,12 @@ def run_all(
     judge = trainer.judge
     assert judge is not None, "the embedded run's trainer is its own leader"
     staged = components.judged_by_stage(config)
+    environments = [components.build_environment(registry, config, run_dir)
+                    for _ in range(config.rollout.workers)]  # fmt: skip
     workers = [
         _worker(f"worker-{i}", config, trainer.worker_model(), trainer.tokenizer,
-                None if staged else judge, transport)
-        for i in range(config.rollout.workers)
+                None if staged else judge, transport, environment)
+        for i, environment in enumerate(environments)
     ]  # fmt: skip
     loops: list[LeasingLoop] = list(workers)
     if staged:
@@ -78,6 +83,8 @@ def run_all(
         stop.set()
         for thread in threads:
             thread.join(timeout=60)
+        for environment in environments:
+            environment.close()
         trainer.close()
         transport.close()
     if failures:
@@ -141,7 +148,8 @@ def run_worker(
         judge = components.build_judge(registry, config, run_dir)
     model = components.build_model(config, config_dir)
     tokenizer = components.load_tokenizer(config, config_dir)
-    worker = _worker(worker_id, config, model, tokenizer, judge, transport)
+    environment = components.build_environment(registry, config, run_dir)
+    worker = _worker(worker_id, config, model, tokenizer, judge, transport, environment)
     reporter = threading.Thread(target=_report_worker, args=(worker, run_dir, stop), daemon=True)
     reporter.start()
     if working is not None:
@@ -149,6 +157,7 @@ def run_worker(
     try:
         worker.run(stop)
     finally:
+        environment.close()
         if judge is not None:
             judge.close()
         transport.close()
@@ -161,12 +170,25 @@ def _worker(
     tokenizer: Tokenizer,
     judge: Judge | None,
     transport: Transport,
+    environment: Environment,
 ) -> RolloutWorker:
     """An inference worker of the run on ``transport``; ``judge`` None: the stage judges.
-    A streaming worker with ``rollout.engine.kind: paged``."""
-    kind = StreamingWorker if config.rollout.engine.kind == "paged" else InferenceWorker
+    A streaming worker with ``rollout.engine.kind: paged`` (and with ``environment``,
+    which may answer the model's turns)."""
+    parts: dict[str, Any] = {}
+    if config.rollout.engine.kind == "paged":
+        kind: type[RolloutWorker] = StreamingWorker
+        parts["environment"] = environment
+    elif environment.multi_turn:
+        raise ConfigError(
+            f"the {config.environment.type!r} environment answers the model's turns, which "
+            "needs the rollout engine: set rollout.engine.kind: paged"
+        )
+    else:
+        kind = InferenceWorker
     return kind(
         worker_id,
+        **parts,
         model=model,
         tokenizer=tokenizer,
         judge=judge,

@@ -22,6 +22,13 @@ flight go on over the keys and values the older weights computed. Each token rec
 the version that sampled it (``Rollout.token_versions``), the group's
 ``policy_version`` is its oldest token's, so the staleness bound holds for every token,
 and the trainer's importance ratios use each token's own behaviour log-probability.
+
+With an environment that answers the model's turns (``environment: {type: tools}``, or
+a plugin's), each sample is a multi-turn episode (:mod:`rlax_core.rl.roles.episodes`):
+it pauses in the engine at each turn's end while its environment step runs on a thread
+pool, and goes on from its cached prefix with the reply appended; the group is sent
+once every sample's episode has ended. The judge decides on each rollout's last model
+turn, unless its environment gave the reward.
 """
 
 from __future__ import annotations
@@ -36,16 +43,19 @@ from typing import Any
 import numpy as np
 
 from rlax_core.config.sections import RolloutSection
+from rlax_core.contracts.environment import Environment
 from rlax_core.errors import ConfigError, LeaseExpiredError
 from rlax_core.generate import Sampler
 from rlax_core.generate.paged import Engine, Request, Sample
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
+from rlax_core.rl.roles.episodes import Episodes
 from rlax_core.rl.roles.loop import POLL_S
 from rlax_core.rl.roles.rollout_groups import deliver, judge_completions, logprob_gaps, pack_group
 from rlax_core.rl.roles.worker import RolloutWorker, sample_seed
 from rlax_core.types.lease import Lease
 from rlax_core.types.rollout import PromptGroup
+from rlax_core.types.verdict import Verdict, VerdictStatus
 
 
 def engine_for(model: Qwen, rollout: RolloutSection, *, pad_token_id: int) -> Engine:
@@ -72,16 +82,28 @@ class _InFlight:
 
 class StreamingWorker(RolloutWorker):
     """One streaming worker's loop. ``model``: the policy's structure (and initial
-    weights, replaced by the store's); the other arguments are :class:`RolloutWorker`'s.
+    weights, replaced by the store's); ``environment``: what answers the model's turns
+    (None: single-turn); the other arguments are :class:`RolloutWorker`'s.
 
     Raises (from :meth:`step`):
         ConfigError: a prompt longer than ``rollout.engine.max_prompt_tokens`` allows.
     """
 
-    def __init__(self, worker_id: str, *, model: Qwen, tokenizer: Tokenizer, **parts: Any) -> None:
+    def __init__(
+        self,
+        worker_id: str,
+        *,
+        model: Qwen,
+        tokenizer: Tokenizer,
+        environment: Environment | None = None,
+        **parts: Any,
+    ) -> None:
         super().__init__(worker_id, tokenizer=tokenizer, **parts)
         pad = tokenizer.pad_token_id or 0
         self._engine = engine_for(model, self._cfg, pad_token_id=pad)
+        self._episodes = None
+        if environment is not None and environment.multi_turn:
+            self._episodes = Episodes(self._engine, environment, tokenizer, self._cfg.turns)
         # Teacher forcing for the log-probability check; it shares the engine's arrays.
         self._scorer = Sampler(model, pad_token_id=pad) if self._cfg.logprob_check_groups else None
         self._groups: dict[str, _InFlight] = {}
@@ -103,7 +125,8 @@ class StreamingWorker(RolloutWorker):
             "tokens_in_flight": scheduler.tokens_in_flight, "kv_blocks_used": pool.used,
             "kv_blocks": pool.capacity, "preemptions": stats.preemptions,
             "admission_waits": stats.admission_waits, "recomputed": stats.recomputed,
-            "groups_in_flight": len(self._groups),
+            "groups_in_flight": len(self._groups), "turns": stats.turns,
+            "environment_steps_running": self._episodes.waiting if self._episodes else 0,
         }  # fmt: skip
         return status
 
@@ -115,7 +138,12 @@ class StreamingWorker(RolloutWorker):
         if self._engine.scheduler.idle:
             return bool(self._groups)
         started = time.monotonic()
-        for request, samples in self._engine.step():
+        finished = self._engine.step()
+        if self._episodes is not None:
+            if not self._engine.scheduler.busy:  # every sample waits for its environment
+                self._episodes.wait(POLL_S)
+            finished += self._episodes.advance()
+        for request, samples in finished:
             self._finish(request.request_id, samples)
         self.busy_s += time.monotonic() - started
         return True
@@ -126,6 +154,8 @@ class StreamingWorker(RolloutWorker):
             with contextlib.suppress(LeaseExpiredError):  # it went to another worker
                 self._prompts.nack(held.lease)
         self._groups.clear()
+        if self._episodes is not None:
+            self._episodes.close()
 
     def run(self, stop: threading.Event, on_error=None) -> None:
         try:
@@ -192,6 +222,8 @@ class StreamingWorker(RolloutWorker):
             self._sampling.max_new_tokens,
             frozenset(self._sampling.stop_token_ids),
         )
+        if self._episodes is not None:
+            request = self._episodes.request(request, group.problem)
         self._engine.submit([request], self._sampling)
         held.submitted_at = time.monotonic()
         # Of every groups_per_batch groups, the first logprob_check_groups are re-scored.
@@ -217,21 +249,33 @@ class StreamingWorker(RolloutWorker):
         assert held.submitted_at is not None
         tokens = [s.tokens for s in samples]
         policy = [s.policy_logprobs for s in samples]
-        versions = {v for s in samples for v in s.versions}
+        sampled = [s.sampled for s in samples]
+        versions = {
+            v for s in samples for v, mine in zip(s.versions, s.sampled, strict=True) if mine
+        }
         version = min(versions)
         gaps: list[float | None] = [None] * len(samples)
         # The check re-scores with the weights held now: for groups of that version only.
         if held.checked and self._scorer is not None and versions == {self.version}:
             prompts = [group.prompt_tokens] * len(samples)
-            gaps = logprob_gaps(self._scorer, prompts, tokens, policy, self._sampling.temperature)
-        problems = [group.problem] * len(samples)
+            gaps = logprob_gaps(self._scorer, prompts, tokens, policy,
+                                self._sampling.temperature, sampled)  # fmt: skip
+        endings = [None] * len(samples)
+        if self._episodes is not None:
+            endings = [self._episodes.ending(group_id, s.index) for s in samples]
+        decided = [e is not None and e.reward is not None for e in endings]
+        answers = [s.last_turn for s, done in zip(samples, decided, strict=True) if not done]
+        judged = iter(judge_completions(self._judge, self._tokenizer,
+                                        [group.problem] * len(answers), answers))  # fmt: skip
+        verdicts = [_environment_verdict(e.reward) if done else next(judged)
+                    for e, done in zip(endings, decided, strict=True)]  # fmt: skip
         result = pack_group(
             group, worker_id=self.worker_id, version=version, tokens=tokens,
             behaviour_logprobs=[s.behaviour_logprobs for s in samples], policy_logprobs=policy,
             finish_reasons=[s.finish_reason or "length" for s in samples],
-            verdicts=judge_completions(self._judge, self._tokenizer, problems, tokens),
-            gaps=gaps, generation_s=time.monotonic() - held.submitted_at,
-            token_versions=[s.versions for s in samples],
+            verdicts=verdicts, gaps=gaps, generation_s=time.monotonic() - held.submitted_at,
+            token_versions=[s.versions for s in samples], sampled=sampled,
+            end_reasons=[e.reason if e is not None else None for e in endings],
         )  # fmt: skip
         deliver(self._outbox, self._prompts, result, held.lease)
         self.groups_done += 1
@@ -243,6 +287,11 @@ class StreamingWorker(RolloutWorker):
             self._engine.recompute()
         if self._scorer is not None:
             self._scorer.set_params(arrays, in_place=True)
+
+
+def _environment_verdict(reward: float) -> Verdict:
+    status = VerdictStatus.AC if reward > 0 else VerdictStatus.WA
+    return Verdict(status=status, reward=reward, message="rewarded by the environment")
 
 
 def engine_metrics(statuses: Sequence[Mapping[str, Any]]) -> dict[str, float]:

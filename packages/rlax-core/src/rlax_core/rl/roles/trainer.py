@@ -97,6 +97,7 @@ class TrainerRun:
         self.tokenizer = components.load_tokenizer(config, config_dir)
         self.tokenizer_dir = components.tokenizer_dir(config, config_dir)
         self.stop_token_ids = components.stop_token_ids(self.tokenizer)
+        self.tools = components.tool_schemas(registry, config, run_dir)  # listed in prompts
         self.mesh = components.mesh_of(config)
         model = components.build_model(config, config_dir, mesh=self.mesh)
         leader: LeaderDuties | None = None
@@ -105,7 +106,8 @@ class TrainerRun:
                 raise RlaxError("the trainer's leader process needs the run's transport")
             leader = LeaderDuties(config, config_dir=config_dir, run_dir=run_dir,
                                   registry=registry, transport=transport, tokenizer=self.tokenizer,
-                                  resumed_from=metrics_from, progress=progress)  # fmt: skip
+                                  tools=self.tools, resumed_from=metrics_from,
+                                  progress=progress)  # fmt: skip
         self.duties: TrainerDuties = leader or FollowerDuties()
         self.step = 0
         self.version = 0
@@ -122,7 +124,7 @@ class TrainerRun:
             mesh=self.mesh,
             reference=reference,
         )
-        eval_set = components.eval_prompts(config, config_dir, self.tokenizer)
+        eval_set = components.eval_prompts(config, config_dir, self.tokenizer, tools=self.tools)
         if eval_set:
             if self.processes.distributed:
                 # The leader evaluates alone, on a copy of the whole policy on its own
@@ -286,6 +288,7 @@ class TrainerRun:
             config_dir,
             self.tokenizer,
             seed=self.config.run.seed + _WARM_START_SEED_OFFSET,
+            tools=self.tools,
         )
 
         def next_example() -> tuple[list[int], dict]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import shutil
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -131,10 +131,12 @@ class LeaderDuties(TrainerDuties):
         tokenizer: Tokenizer,
         resumed_from: int | None,
         progress: bool,
+        tools: Sequence[dict] = (),
     ) -> None:
         self._run_dir = run_dir
         self._eval_config = config
-        self.mixture, next_prompt = components.train_prompts(config, config_dir, tokenizer)
+        self.mixture, next_prompt = components.train_prompts(config, config_dir, tokenizer,
+                                                             tools=tools)  # fmt: skip
         self.judge = components.build_judge(registry, config, run_dir)
         self.store = transport.parameter_store()
         self.controller = Controller(

@@ -108,20 +108,21 @@ class Verifier(LeasingLoop):
         problems, texts = [], []
         for group in (g for g, keep in zip(groups, fresh, strict=True) if keep):
             for rollout in group.rollouts:
+                if rollout.verdict is not None:  # decided by its environment
+                    continue
                 problems.append(group.problem)
                 texts.append(
-                    self._tokenizer.decode(rollout.completion_tokens, skip_special_tokens=True)
+                    self._tokenizer.decode(rollout.answer_tokens(), skip_special_tokens=True)
                 )
-        verdicts = judge_isolated(self._judge, problems, texts)
-        row = 0
+        verdicts = iter(judge_isolated(self._judge, problems, texts))
         for group, lease, keep in zip(groups, leases, fresh, strict=True):
             if keep:
                 n = len(group.rollouts)
                 judged = tuple(
-                    r.model_copy(update={"reward": v.reward, "verdict": v})
-                    for r, v in zip(group.rollouts, verdicts[row : row + n], strict=True)
-                )
-                row += n
+                    r if r.verdict is not None
+                    else r.model_copy(update={"reward": (v := next(verdicts)).reward, "verdict": v})
+                    for r in group.rollouts
+                )  # fmt: skip
                 group = group.model_copy(
                     update={"rollouts": judged, "verifier_id": self.verifier_id}
                 )

@@ -1,0 +1,24 @@
+"""Environments that ship with rlax-core: single-turn answers, tools, and the built-in
+calculator tool. The contract is :mod:`rlax_core.contracts.environment`."""
+
+from rlax_core.environments.calculator import Calculator, CalculatorConfig
+from rlax_core.environments.chat import reply_text
+from rlax_core.environments.tool_calls import ToolCall, parse_tool_calls
+from rlax_core.environments.tools import (
+    SingleTurnConfig,
+    SingleTurnEnvironment,
+    ToolEnvironment,
+    ToolEnvironmentConfig,
+)
+
+__all__ = [
+    "Calculator",
+    "CalculatorConfig",
+    "SingleTurnConfig",
+    "SingleTurnEnvironment",
+    "ToolCall",
+    "ToolEnvironment",
+    "ToolEnvironmentConfig",
+    "parse_tool_calls",
+    "reply_text",
+]

@@ -1,0 +1,196 @@
+"""Multi-turn rollouts on the streaming worker, against the real in-process store and
+queues: token-exact turns, the limits, and environments that misbehave."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlax_core.config.sections import EngineSection, RolloutSection, StalenessSection, TurnsSection
+from rlax_core.contracts import Environment, EnvStep, Episode, Judge, Message
+from rlax_core.environments import reply_text
+from rlax_core.generate import Sampler
+from rlax_core.models import QwenConfig, flat_params, init_model
+from rlax_core.models.tokenizer import Tokenizer
+from rlax_core.rl.algorithms.batch import build_batch
+from rlax_core.rl.roles.streaming_worker import StreamingWorker
+from rlax_core.transport.inproc import InProcTransport
+from rlax_core.types import PromptGroup, RolloutGroup
+from rlax_core.types.verdict import Verdict, VerdictStatus
+
+TOKENIZER = Path(__file__).resolve().parents[5] / "examples" / "quickstart" / "tokenizer"
+TIMEOUT_S = 0.3
+
+
+class Scripted(Environment):
+    """Answers by the problem's ``mode``: ``talk`` gives a tool result, then a user turn,
+    then ends (the judge decides); ``rewarded`` ends at once with its own reward;
+    ``endless`` never ends; ``hang`` hangs on its first step; ``raise`` raises."""
+
+    def __init__(self) -> None:
+        self.replies: dict[int, list[tuple[Message, ...]]] = {}
+        self.closed = 0
+
+    def start(self, problem: Mapping[str, Any]) -> Episode:
+        return _Episode(self, problem["mode"])
+
+
+class _Episode(Episode):
+    def __init__(self, environment: Scripted, mode: str) -> None:
+        self.env, self.mode, self.turns = environment, mode, 0
+
+    def step(self, turn: str) -> EnvStep:
+        self.turns += 1
+        if self.mode == "hang":
+            time.sleep(5 * TIMEOUT_S)
+        if self.mode == "raise":
+            raise RuntimeError("the environment broke")
+        if self.mode == "rewarded":
+            return EnvStep(done=True, reward=0.5)
+        if self.mode == "talk" and self.turns == 3:
+            return EnvStep(done=True)
+        messages = (
+            (Message(role="tool", content=f"result {self.turns}"),)
+            if self.turns == 1 else (Message(role="user", content="Go on, please."),)
+        )  # fmt: skip
+        return EnvStep(messages=messages)
+
+    def close(self) -> None:
+        self.env.closed += 1
+
+
+class LastTurnJudge(Judge):
+    """Rewards 1 for an answer of an even number of characters; records what it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def judge(self, problems, completions) -> list[Verdict]:
+        self.seen += completions
+        return [Verdict(status=VerdictStatus.AC, reward=float(len(c) % 2 == 0))
+                for c in completions]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return Tokenizer.from_dir(TOKENIZER)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer: Tokenizer):
+    return init_model(QwenConfig.tiny(vocab_size=tokenizer.vocab_size), seed=1)
+
+
+def _run(
+    model, tokenizer, modes: list[str], *, budget: int = 400, **turns
+) -> tuple[dict, Scripted, LastTurnJudge]:
+    """Runs a streaming worker on groups of two samples, one group per mode, until all
+    are sent. (The quickstart's tokenizer is nearly byte-level: a reply is ~80 tokens.)"""
+    transport = InProcTransport()
+    transport.parameter_store().publish(0, dict(flat_params(model)))
+    prompts = transport.queue("prompts")
+    prompt = tuple(tokenizer.apply_chat_template([{"role": "user", "content": "Add 2 and 3."}]))
+    for i, mode in enumerate(modes):
+        group = PromptGroup(group_id=f"g{i}", prompt_id=f"p{i}", prompt_tokens=prompt,
+                            problem={"mode": mode}, samples_per_prompt=2)  # fmt: skip
+        prompts.put(group.group_id, group.to_bytes())
+    limits = {"max_turns": 3, "turn_tokens": 6, "step_timeout_s": TIMEOUT_S, **turns}
+    rollout = RolloutSection(
+        max_new_tokens=budget, groups_per_batch=8, logprob_check_groups=8, temperature=1.0,
+        engine=EngineSection(kind="paged", slots=3, block_size=4, prefill_chunk=16,
+                             max_prompt_tokens=128),
+        turns=TurnsSection(**limits),
+    )  # fmt: skip
+    environment, judge = Scripted(), LastTurnJudge()
+    worker = StreamingWorker(
+        "w", model=model, tokenizer=tokenizer, judge=judge, environment=environment,
+        store=transport.parameter_store(), prompts=prompts, outbox=transport.queue("rollouts"),
+        rollout=rollout, staleness=StalenessSection(), seed=3,
+        stop_token_ids=(tokenizer.token_id("<|im_end|>"),),
+    )  # fmt: skip
+    sent: dict[str, RolloutGroup] = {}
+    deadline = time.monotonic() + 120
+    stop = threading.Event()
+    while len(sent) < len(modes):
+        assert time.monotonic() < deadline, f"only {sorted(sent)} were sent"
+        worker.step(stop)
+        while (lease := transport.queue("rollouts").get(30.0, timeout=0)) is not None:
+            group = RolloutGroup.from_bytes(lease.payload)
+            assert group.group_id not in sent
+            sent[group.group_id] = group
+    assert worker.status()["engine"]["turns"] > 0
+    worker.close()
+    return sent, environment, judge
+
+
+def test_a_multi_turn_rollout_is_one_token_exact_sequence(model, tokenizer) -> None:
+    """Three model turns with a tool result and a user turn between them: the
+    environment's tokens are its replies as the chat template renders them, tokenized
+    once; they are out of the loss; the trainer's teacher-forced log-probabilities of
+    the whole sequence equal the sampler's on every model token; the judge sees the
+    last turn."""
+    sent, environment, judge = _run(model, tokenizer, ["talk", "talk"])
+    im_end = tokenizer.token_id("<|im_end|>")
+    rollouts = [(g, r) for g in sent.values() for r in g.rollouts]
+    for group, rollout in rollouts:
+        assert len(rollout.environment_spans) == 2 and rollout.end_reason is None
+        tokens = rollout.completion_tokens
+        for (start, end), messages in zip(
+            rollout.environment_spans,
+            [(Message(role="tool", content="result 1"),),
+             (Message(role="user", content="Go on, please."),)],
+            strict=True,
+        ):  # fmt: skip
+            closed = tokens[start - 1] == im_end
+            expected = tokenizer.encode(reply_text(messages, turn_closed=closed))
+            assert list(tokens[start:end]) == expected
+            assert set(rollout.behaviour_logprobs[start:end]) == {0.0}
+        assert group.logprob_gap is not None and group.logprob_gap < 1e-5
+    scored = Sampler(model).score([list(g.prompt_tokens) for g, _ in rollouts],
+                                  [list(r.completion_tokens) for _, r in rollouts], 1.0)  # fmt: skip
+    for (_, rollout), teacher in zip(rollouts, scored, strict=True):
+        mask = np.asarray(rollout.sampled_mask())
+        gap = np.abs(np.asarray(teacher) - np.asarray(rollout.policy_logprobs))[mask]
+        assert gap.max() < 1e-5
+    answers = sorted(tokenizer.decode(r.answer_tokens(), skip_special_tokens=True)
+                     for _, r in rollouts)  # fmt: skip
+    assert sorted(judge.seen) == answers
+    batch, _ = build_batch(list(sent.values()), advantage="grpo")
+    for row, (group, rollout) in enumerate(rollouts):
+        p = len(group.prompt_tokens)
+        counted = batch.loss_mask[row, p - 1 : p - 1 + len(rollout.completion_tokens)]
+        assert counted.tolist() == rollout.sampled_mask()
+    assert environment.closed == len(rollouts)
+
+
+def test_limits_and_bad_environments_end_a_rollout_with_a_reason(model, tokenizer) -> None:
+    """The turn limit, a hung step, a raising environment and an environment's own
+    reward, side by side: each rollout ends with its reason, none takes another down."""
+    modes = ["endless", "hang", "raise", "rewarded", "talk"]
+    sent, environment, _ = _run(model, tokenizer, modes)
+    by_mode = {mode: sent[f"g{i}"].rollouts for i, mode in enumerate(modes)}
+    for rollout in by_mode["endless"]:
+        assert "turn limit (3)" in rollout.end_reason and len(rollout.environment_spans) == 2
+    for rollout in by_mode["hang"]:
+        assert f"ran past {TIMEOUT_S:g} s" in rollout.end_reason
+        assert rollout.environment_spans == () and rollout.reward is not None  # judged
+    for rollout in by_mode["raise"]:
+        assert "RuntimeError: the environment broke" in rollout.end_reason
+    for rollout in by_mode["rewarded"]:
+        assert rollout.reward == 0.5 and rollout.verdict.message == "rewarded by the environment"
+    for rollout in by_mode["talk"]:
+        assert rollout.end_reason is None and len(rollout.environment_spans) == 2
+    assert environment.closed == 2 * len(modes)
+
+
+def test_the_token_budget_ends_a_rollout(model, tokenizer) -> None:
+    sent, _, _ = _run(model, tokenizer, ["endless"], budget=150, max_turns=50)
+    for rollout in sent["g0"].rollouts:
+        assert "token budget" in rollout.end_reason
+        assert 0 < len(rollout.environment_spans) and len(rollout.completion_tokens) <= 150
