@@ -15,6 +15,7 @@ from rlax_core.environments import (
     parse_tool_calls,
     reply_text,
 )
+from rlax_core.errors import RlaxError
 from rlax_core.models.tokenizer import _compile
 from rlax_core.models.tokenizer_build import QWEN_CHAT_TEMPLATE
 
@@ -42,7 +43,7 @@ class Broken(Tool):
 
 
 def _call(name: str, **arguments) -> str:
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def _answers(turn: str) -> list[str]:
@@ -120,7 +121,9 @@ def test_the_schema_is_openai_function_format() -> None:
     schema = Add().schema()
     assert schema["type"] == "function" and schema["function"]["name"] == "add"
     parameters = schema["function"]["parameters"]
-    assert parameters["required"] == ["a", "b"] and parameters["properties"]["a"]["type"] == "integer"
+    assert (
+        parameters["required"] == ["a", "b"] and parameters["properties"]["a"]["type"] == "integer"
+    )
 
 
 @pytest.mark.parametrize("closed", [True, False])
@@ -144,3 +147,19 @@ def test_replies_continue_the_conversation_as_the_chat_template_renders_it(close
         conversation += [{"role": m.role, "content": m.content} for m in messages]
     expected = template.render(messages=conversation, tools=tools, add_generation_prompt=True)
     assert text == expected
+
+
+def test_an_infrastructure_failure_is_no_answer() -> None:
+    """A tool whose sandbox cannot be reached raises an RlaxError: the step raises (the
+    worker ends the rollout unjudged) rather than telling the model its call failed."""
+
+    class Unreachable(Tool):
+        name = "remote"
+        description = "Needs a service."
+
+        def call(self, arguments: BaseModel) -> str:
+            raise RlaxError("the sandbox cannot be reached")
+
+    episode = ToolEnvironment([Unreachable()]).start({})
+    with pytest.raises(RlaxError, match="cannot be reached"):
+        episode.step(_call("remote"))

@@ -8,6 +8,7 @@ from rlax_verifiers.math.judge import MathJudgeConfig, make_math_judge
 from rlax_verifiers.sandbox.aws_lambda.client import LambdaSandboxConfig, make_lambda_sandbox
 from rlax_verifiers.sandbox.docker.backend import DockerSandboxConfig, make_docker_sandbox
 from rlax_verifiers.sandbox.local import LocalSandboxConfig, make_local_sandbox
+from rlax_verifiers.tools import PythonToolConfig, make_python_tool
 
 
 @hookimpl
@@ -23,3 +24,9 @@ def register_sandboxes(register: Register) -> None:
     register("local", make_local_sandbox, LocalSandboxConfig)
     register("docker", make_docker_sandbox, DockerSandboxConfig)
     register("lambda", make_lambda_sandbox, LambdaSandboxConfig)
+
+
+@hookimpl
+def register_tools(register: Register) -> None:
+    """Registers the ``python`` tool (its calls run in the configured sandbox)."""
+    register("python", make_python_tool, PythonToolConfig)

@@ -5,8 +5,10 @@ none is the model's answer: the episode ends and the judge decides the reward on
 turn with calls gets one tool message per call, in order: the tool's result, or an
 error the model can read — a malformed call, an unknown tool, arguments that do not
 validate, a :class:`~rlax_core.contracts.ToolError`, even a tool's own crash — so one
-bad call never ends the rollout. Limits on turns, tokens and wall time are the worker's
-(``rollout.turns``), the same for every environment.
+bad call never ends the rollout. A :class:`~rlax_core.errors.RlaxError` (a sandbox that
+cannot be reached) is no answer at all: it propagates, and the rollout ends unjudged.
+Limits on turns, tokens and wall time are the worker's (``rollout.turns``), the same for
+every environment.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from rlax_core.contracts.environment import Environment, EnvStep, Episode, Message, Tool, ToolError
 from rlax_core.environments.tool_calls import ToolCall, parse_tool_calls
+from rlax_core.errors import RlaxError
 
 
 class ToolEnvironmentConfig(BaseModel):
@@ -66,6 +69,8 @@ class ToolEnvironment(Environment):
             return tool.call(arguments)
         except ToolError as exc:
             return f"Error: {exc}"
+        except RlaxError:  # the infrastructure failed: nothing is known about the call
+            raise
         except Exception as exc:  # the tool's own bug: the model reads it, the run goes on
             return f"Error: the tool {call.name} failed ({type(exc).__name__}: {exc})"
 

@@ -152,8 +152,8 @@ def test_a_multi_turn_rollout_is_one_token_exact_sequence(model, tokenizer) -> N
             assert list(tokens[start:end]) == expected
             assert set(rollout.behaviour_logprobs[start:end]) == {0.0}
         assert group.logprob_gap is not None and group.logprob_gap < 1e-5
-    scored = Sampler(model).score([list(g.prompt_tokens) for g, _ in rollouts],
-                                  [list(r.completion_tokens) for _, r in rollouts], 1.0)  # fmt: skip
+    prompts = [list(g.prompt_tokens) for g, _ in rollouts]
+    scored = Sampler(model).score(prompts, [list(r.completion_tokens) for _, r in rollouts], 1.0)
     for (_, rollout), teacher in zip(rollouts, scored, strict=True):
         mask = np.asarray(rollout.sampled_mask())
         gap = np.abs(np.asarray(teacher) - np.asarray(rollout.policy_logprobs))[mask]
@@ -177,9 +177,13 @@ def test_limits_and_bad_environments_end_a_rollout_with_a_reason(model, tokenize
     by_mode = {mode: sent[f"g{i}"].rollouts for i, mode in enumerate(modes)}
     for rollout in by_mode["endless"]:
         assert "turn limit (3)" in rollout.end_reason and len(rollout.environment_spans) == 2
+    for rollout in by_mode["endless"] + by_mode["talk"]:
+        assert rollout.reward is not None  # judged
+    for rollout in by_mode["hang"] + by_mode["raise"]:  # nothing known: never trained on
+        assert rollout.reward is None and rollout.verdict.status == "SE"
     for rollout in by_mode["hang"]:
         assert f"ran past {TIMEOUT_S:g} s" in rollout.end_reason
-        assert rollout.environment_spans == () and rollout.reward is not None  # judged
+        assert rollout.environment_spans == ()
     for rollout in by_mode["raise"]:
         assert "RuntimeError: the environment broke" in rollout.end_reason
     for rollout in by_mode["rewarded"]:
@@ -193,4 +197,4 @@ def test_the_token_budget_ends_a_rollout(model, tokenizer) -> None:
     sent, _, _ = _run(model, tokenizer, ["endless"], budget=150, max_turns=50)
     for rollout in sent["g0"].rollouts:
         assert "token budget" in rollout.end_reason
-        assert 0 < len(rollout.environment_spans) and len(rollout.completion_tokens) <= 150
+        assert len(rollout.environment_spans) > 0 and len(rollout.completion_tokens) <= 150

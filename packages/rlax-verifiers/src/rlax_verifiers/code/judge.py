@@ -22,6 +22,7 @@ from rlax_verifiers.code import outcome
 from rlax_verifiers.code.extract import extract_code
 from rlax_verifiers.code.harness import assert_program, call_input, function_call_program
 from rlax_verifiers.code.problem import CodeProblem, ProblemError, parse_problem
+from rlax_verifiers.sandbox.configured import configured_sandbox
 
 
 class CodeJudgeConfig(BaseModel):
@@ -187,8 +188,4 @@ class CodeJudge(Judge):
 
 def make_code_judge(config: CodeJudgeConfig, context: BuildContext) -> CodeJudge:
     """Builds the code judge with the configured sandbox (the local one if none is set)."""
-    verifier = getattr(context.run_config, "verifier", None)
-    if context.sandbox is None and getattr(verifier, "sandbox", None) is None:
-        local = context.registry.get("sandbox", "local")
-        return CodeJudge(local.factory(local.config_cls(), context), config)
-    return CodeJudge(context.build_sandbox(), config)
+    return CodeJudge(configured_sandbox(context), config)

@@ -12,7 +12,8 @@ A rollout ends when its episode is done, at ``rollout.turns.max_turns`` model tu
 when the token budget (``rollout.max_new_tokens``, the environment's tokens included)
 leaves no room for a reply and a turn, when a step runs past
 ``rollout.turns.step_timeout_s``, or when the environment raises; the last three are
-its ``end_reason``. One rollout's end never touches its neighbours.
+its ``end_reason``; the last two are the environment's failure, so the rollout gets an SE
+verdict and no reward. One rollout's end never touches its neighbours.
 """
 
 from __future__ import annotations
@@ -34,10 +35,13 @@ from rlax_core.models.tokenizer import Tokenizer
 @dataclass
 class Ending:
     """How a multi-turn sample's episode ended: the environment's reward (None: the
-    judge decides) and why, when not by design."""
+    judge decides), why, when not by design, and whether the environment failed (it
+    hung or raised: nothing is known, so the rollout gets no reward and is never
+    trained on, as an SE verdict)."""
 
     reward: float | None = None
     reason: str | None = None
+    failed: bool = False
 
 
 @dataclass
@@ -126,11 +130,12 @@ class Episodes:
         if not step.done():
             step.cancel()
             seconds = self.limits.step_timeout_s
-            return Ending(reason=f"the environment step ran past {seconds:g} s")
+            return Ending(reason=f"the environment step ran past {seconds:g} s", failed=True)
         try:
             answer = step.result()
         except Exception as exc:  # the environment's bug: this rollout ends, no other
-            return Ending(reason=f"the environment failed: {type(exc).__name__}: {exc}"[:500])
+            reason = f"the environment failed: {type(exc).__name__}: {exc}"[:500]
+            return Ending(reason=reason, failed=True)
         if answer.done:
             return Ending(reward=answer.reward, reason=answer.reason)
         if running.turns >= self.limits.max_turns:

@@ -49,7 +49,7 @@ from rlax_core.generate import Sampler
 from rlax_core.generate.paged import Engine, Request, Sample
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
-from rlax_core.rl.roles.episodes import Episodes
+from rlax_core.rl.roles.episodes import Ending, Episodes
 from rlax_core.rl.roles.loop import POLL_S
 from rlax_core.rl.roles.rollout_groups import deliver, judge_completions, logprob_gaps, pack_group
 from rlax_core.rl.roles.worker import RolloutWorker, sample_seed
@@ -263,11 +263,11 @@ class StreamingWorker(RolloutWorker):
         endings = [None] * len(samples)
         if self._episodes is not None:
             endings = [self._episodes.ending(group_id, s.index) for s in samples]
-        decided = [e is not None and e.reward is not None for e in endings]
+        decided = [e is not None and (e.reward is not None or e.failed) for e in endings]
         answers = [s.last_turn for s, done in zip(samples, decided, strict=True) if not done]
         judged = iter(judge_completions(self._judge, self._tokenizer,
                                         [group.problem] * len(answers), answers))  # fmt: skip
-        verdicts = [_environment_verdict(e.reward) if done else next(judged)
+        verdicts = [_environment_verdict(e) if done else next(judged)
                     for e, done in zip(endings, decided, strict=True)]  # fmt: skip
         result = pack_group(
             group, worker_id=self.worker_id, version=version, tokens=tokens,
@@ -289,9 +289,14 @@ class StreamingWorker(RolloutWorker):
             self._scorer.set_params(arrays, in_place=True)
 
 
-def _environment_verdict(reward: float) -> Verdict:
-    status = VerdictStatus.AC if reward > 0 else VerdictStatus.WA
-    return Verdict(status=status, reward=reward, message="rewarded by the environment")
+def _environment_verdict(ending: Ending) -> Verdict:
+    """The verdict of an episode its environment decided: its reward, or SE (no reward)
+    when the environment failed."""
+    if ending.failed:
+        return Verdict(status=VerdictStatus.SE, reward=None, message=ending.reason or "")
+    assert ending.reward is not None
+    status = VerdictStatus.AC if ending.reward > 0 else VerdictStatus.WA
+    return Verdict(status=status, reward=ending.reward, message="rewarded by the environment")
 
 
 def engine_metrics(statuses: Sequence[Mapping[str, Any]]) -> dict[str, float]:
