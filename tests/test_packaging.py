@@ -18,6 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_PLUGIN = REPO / "tests" / "example_plugin"
+EXAMPLE_ENVIRONMENT = REPO / "tests" / "example_environment"
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +48,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dist = tmp_path_factory.mktemp("dist")
     _run(uv, "build", "--all-packages", "--wheel", "--out-dir", dist)
     _run(uv, "build", "--wheel", "--out-dir", dist, EXAMPLE_PLUGIN)
+    _run(uv, "build", "--wheel", "--out-dir", dist, EXAMPLE_ENVIRONMENT)
     # Pin third-party dependencies to the lock, so the fresh venv installs from uv's cache.
     _run(
         uv, "export", "--frozen", "--no-hashes", "--all-packages", "--no-emit-workspace",
@@ -79,6 +81,7 @@ def test_every_member_builds_a_wheel(wheels: Path) -> None:
     built = sorted(p.name.split("-")[0] for p in wheels.glob("*.whl"))
     assert built == [
         "rlax_core",
+        "rlax_example_environment",
         "rlax_example_judge",
         "rlax_launchers",
         "rlax_transport_grpc",
@@ -92,6 +95,10 @@ def test_core_and_verifiers_list_exactly_their_plugins(venv: Path) -> None:
     assert set(listing["packages"]) == {"rlax-core", "rlax-verifiers"}
     assert {(p["kind"], p["name"], p["package"]) for p in listing["plugins"]} == {
         ("transport", "inproc", "rlax-core"),
+        ("environment", "single_turn", "rlax-core"),
+        ("environment", "tools", "rlax-core"),
+        ("tool", "calculator", "rlax-core"),
+        ("tool", "python", "rlax-verifiers"),
         ("judge", "math", "rlax-verifiers"),
         ("judge", "code", "rlax-verifiers"),
         ("sandbox", "local", "rlax-verifiers"),
@@ -145,3 +152,47 @@ print(json.dumps([[v.status, v.reward] for v in verdicts]))
     result = _run(venv / "bin" / "rlax", "config", "check", bad, check=False)
     assert result.returncode == 2
     assert "verifier.judge.keywrd: unknown key 'keywrd' (did you mean 'keyword'?)" in result.stderr
+
+
+def test_a_third_party_environment_plugin_trains_from_a_run_config(
+    venv: Path, wheels: Path, tmp_path: Path
+) -> None:
+    """An environment and a tool from an outside package: listed, checked in a run
+    config, and played (its episodes answer turns; its tool sits beside the built-in
+    calculator in the tools environment)."""
+    _install(venv, wheels, next(wheels.glob("rlax_example_environment-*.whl")))
+    listing = _plugins(venv)
+    ours = {(p["kind"], p["name"]) for p in listing["plugins"]
+            if p["package"] == "rlax-example-environment"}  # fmt: skip
+    assert ours == {("environment", "guess_number"), ("tool", "reverse")}
+
+    config = tmp_path / "run.yaml"
+    config.write_text("environment:\n  type: guess_number\n  reward: 3.0\n")
+    assert "environment=guess_number" in _run(venv / "bin" / "rlax", "config", "check", config).stdout
+    tools = tmp_path / "tools.yaml"
+    tools.write_text(
+        "environment:\n  type: tools\n  tools:\n    - type: reverse\n    - type: calculator\n"
+    )
+    _run(venv / "bin" / "rlax", "config", "check", tools)
+
+    use = f"""
+import json
+from rlax_core.config import load_run_config
+from rlax_core.plugins import BuildContext, load_registry
+registry = load_registry()
+def build(path):
+    config = load_run_config(path, registry)
+    return registry.build("environment", config.environment, BuildContext(registry, run_config=config))
+game = build({str(config)!r}).start({{"number": 7}})
+steps = [game.step(turn) for turn in ["Is it 3?", "Then 9.", "7!"]]
+tools = build({str(tools)!r})
+call = '<tool_call>{{"name": "reverse", "arguments": {{"text": "abc"}}}}</tool_call>'
+print(json.dumps({{
+    "game": [[m.content for m in s.messages] + [s.done, s.reward] for s in steps],
+    "tools": [t.name for t in tools.tools],
+    "reversed": tools.start({{}}).step(call).messages[0].content,
+}}))
+"""
+    out = json.loads(_run(venv / "bin" / "python", "-c", use).stdout)
+    assert out["game"] == [["No: higher.", False, None], ["No: lower.", False, None], [True, 3.0]]
+    assert out["tools"] == ["reverse", "calculator"] and out["reversed"] == "cba"

@@ -40,6 +40,10 @@ def run_check(args: argparse.Namespace) -> int:
         plugins.append(f"judge={config.verifier.judge.type}")
         if config.verifier.sandbox is not None:
             plugins.append(f"sandbox={config.verifier.sandbox.type}")
+    plugins.append(f"environment={config.environment.type}")
+    registry = load_registry()
+    for spec in getattr(config.environment, "tools", None) or ():
+        plugins.append(f"tool={registry.tool_config(spec).type}")
     if config.launcher is not None:
         plugins.append(f"launcher={config.launcher.type}")
     print(f"{args.file}: valid run config ({', '.join(plugins)})")
