@@ -261,3 +261,36 @@ def test_a_three_turn_rollout_is_token_exact(model) -> None:
     # but the last token (fed by the next decode step): as many positions as the reply.
     assert stats.prefilled_tokens == prompts + stats.extended_tokens
     assert engine.pool.used == 0
+
+
+def test_the_engine_records_the_most_likely_tokens_when_asked(model) -> None:
+    """With ``top_logprobs``, each sampled token comes with the policy's k most likely
+    tokens and their log-probabilities, in order, bursts and single steps alike; the
+    completions are those of an engine that records none."""
+    params = SamplingParams(max_new_tokens=12, temperature=0.8)
+    plain = Engine(model, slots=2, block_size=4, max_sequence_tokens=64, prefill_chunk=8)
+    recording = Engine(model, slots=2, block_size=4, max_sequence_tokens=64, prefill_chunk=8,
+                       top_logprobs=5)  # fmt: skip
+    requests = [Request(i, tuple(p), seeds=(i, i + 3), max_new_tokens=12)
+                for i, p in enumerate(PROMPTS)]  # fmt: skip
+    outs = []
+    for engine in (plain, recording):
+        engine.submit(requests, params)
+        done = {}
+        while len(done) < len(requests):
+            done.update((r.request_id, s) for r, s in engine.step())
+        outs.append([s for i in range(len(requests)) for s in done[i]])
+    assert [s.tokens for s in outs[0]] == [s.tokens for s in outs[1]]
+    assert all(not s.top_logprobs for s in outs[0])
+    found = 0
+    for sample in outs[1]:
+        assert len(sample.top_logprobs) == len(sample.tokens)
+        for token, policy, (ids, values) in zip(
+            sample.tokens, sample.policy_logprobs, sample.top_logprobs, strict=True
+        ):
+            assert len(ids) == 5 and values == sorted(values, reverse=True)
+            assert values[0] >= policy - 1e-6
+            if token in ids:
+                found += 1
+                assert abs(values[ids.index(token)] - policy) < 1e-6
+    assert found > 0

@@ -397,3 +397,33 @@ def test_only_a_paused_sample_is_extended_within_its_budget() -> None:
     with pytest.raises(ValueError, match="only a paused sample"):
         scheduler.extend(sample, (1,), 1)
     assert scheduler.pool.used == 0
+
+
+def test_a_sample_stopped_anywhere_ends_there_and_frees_its_blocks() -> None:
+    """A caller's stop (a stop string) ends a sample wherever it is — running,
+    preempted, prefilled again — keeping the tokens it had; the others are untouched."""
+    requests = _requests(10, seed=8)
+    reference = _completions(_run(_scheduler(), requests)[0])
+    scheduler = _scheduler(slots=3, blocks=18)
+    for request in requests:
+        scheduler.add(request)
+    engine, done, steps, stopped = _TokenPool(scheduler.pool), {}, 0, set()
+    while not scheduler.idle:
+        plan = scheduler.plan()
+        done.update((r.request_id, s) for r, s in scheduler.commit(plan, engine.run(plan)))
+        steps += 1
+        assert steps < 10_000, "the scheduler does not finish"
+        seen = [*(s for s in scheduler._running if s), *scheduler._preempted]
+        for sample in seen:
+            if len(sample.tokens) == 3 and sample.index == 1:
+                stopped.add((sample.request.request_id, sample.index))
+                done.update((r.request_id, s) for r, s in scheduler.stop(sample))
+                assert scheduler.stop(sample) == []  # once only
+    assert stopped and scheduler.stats.preemptions > 0
+    for request_id, samples in done.items():
+        for sample, tokens in zip(samples, reference[request_id], strict=True):
+            if (request_id, sample.index) in stopped:
+                assert sample.tokens == list(tokens[:3]) and sample.finish_reason == "stop"
+            else:
+                assert tuple(sample.tokens) == tokens
+    assert scheduler.pool.used == 0

@@ -41,6 +41,7 @@ from flax import nnx
 
 from rlax_core.generate.next_token import SamplingParams, choose, draws
 from rlax_core.generate.paged.attention import PagedAttention, paged_attention
+from rlax_core.models.logprobs import policy_log_softmax
 from rlax_core.generate.paged.blocks import SCRATCH_BLOCK, BlockPool
 from rlax_core.generate.paged.scheduler import (
     MAX_PREFILL_SEGMENTS,
@@ -76,6 +77,9 @@ class Engine:
             time).
         pad_token_id: the token fed to idle slots.
         attention: the paged attention (a kernel may replace the JAX one).
+        top_logprobs: per sampled token, also record the ids and policy log-probabilities
+            of this many most likely tokens (``Sample.top_logprobs``; what an
+            OpenAI-compatible endpoint reports); 0: none, and nothing is computed.
     """
 
     def __init__(
@@ -90,6 +94,7 @@ class Engine:
         decode_burst: int = 8,
         pad_token_id: int = 0,
         attention: PagedAttention = paged_attention,
+        top_logprobs: int = 0,
     ) -> None:
         if decode_burst < 1:
             raise ValueError(f"decode_burst must be at least 1, got {decode_burst}")
@@ -110,6 +115,7 @@ class Engine:
                                    max_blocks_per_sequence=self.max_blocks)  # fmt: skip
         self._pad = pad_token_id
         self._attention = attention
+        self.top_logprobs = top_logprobs
         c = self.config
         shape = (self.pool.num_blocks, c.num_kv_heads, block_size, c.head_dim)
         self._kv = [(jnp.zeros(shape, c.dtype), jnp.zeros(shape, c.dtype))
@@ -264,6 +270,10 @@ class Engine:
         :meth:`Scheduler.end`."""
         return self.scheduler.end(sample)
 
+    def stop(self, sample: Sample) -> list[tuple[Request, list[Sample]]]:
+        """Ends a sample now (a caller's stop condition); see :meth:`Scheduler.stop`."""
+        return self.scheduler.stop(sample)
+
     @property
     def chunk_buckets(self) -> tuple[int, ...]:
         """The prefill-chunk lengths a step compiles for (0: a step without a prefill)."""
@@ -343,8 +353,9 @@ class Engine:
             self._leaves, self._kv, tokens, positions, write_blocks, write_offsets,
             decode_tables, chunk_table, in_table, starts, copies, seeds, indices, *self._knobs,
         )  # fmt: skip
-        sampled, behaviour, policy = jax.device_get(out)
-        return [[(sampled[i], behaviour[i], policy[i])] for i in range(len(plan.decode))]
+        sampled, behaviour, policy, *top = jax.device_get(out)
+        return [[(sampled[i], behaviour[i], policy[i], *(t[i] for t in top))]
+                for i in range(len(plan.decode))]  # fmt: skip
 
     def _run_burst(self, plan: StepPlan, rows: int) -> list[list[tuple[int, float, float]]]:
         if plan.steps != self.decode_burst:
@@ -372,11 +383,9 @@ class Engine:
             self._leaves, self._kv, tokens, positions, tables, copies, seeds, indices, left,
             stops, np.bool_(plan.until_finish), *self._knobs,
         )  # fmt: skip
-        ran, sampled, behaviour, policy = jax.device_get(out)
-        return [
-            list(zip(sampled[:ran, i], behaviour[:ran, i], policy[:ran, i], strict=True))
-            for i in range(len(plan.decode))
-        ]  # fmt: skip
+        ran, *steps = jax.device_get(out)
+        return [list(zip(*(a[:ran, i] for a in steps), strict=True))
+                for i in range(len(plan.decode))]  # fmt: skip
 
     def _step_impl(
         self,
@@ -404,8 +413,8 @@ class Engine:
         kv = _copy_blocks(kv, copies)
         kv, logits = self._forward(model, kv, tokens, positions, write_blocks, write_offsets,
                                    decode_tables, (chunk_table, in_table, starts))  # fmt: skip
-        token, behaviour, policy = choose(logits, draws(seeds, indices), temperature, top_k, top_p)
-        return kv, token, behaviour, policy
+        drawn = choose(logits, draws(seeds, indices), temperature, top_k, top_p)
+        return kv, *drawn, *self._top(logits, temperature)
 
     def _burst_impl(
         self,
@@ -432,8 +441,12 @@ class Engine:
         model = nnx.merge(self._graphdef, jax.tree.unflatten(self._treedef, leaves))
         kv = _copy_blocks(kv, copies)
         steps, slots, size = self.decode_burst, tokens.shape[0], self.block_size
+        k = self.top_logprobs
         out = (jnp.zeros((steps, slots), jnp.int32), jnp.zeros((steps, slots), jnp.float32),
                jnp.zeros((steps, slots), jnp.float32))  # fmt: skip
+        if k:
+            out += (jnp.zeros((steps, slots, k), jnp.int32),
+                    jnp.zeros((steps, slots, k), jnp.float32))  # fmt: skip
 
         def running(carry: tuple) -> jax.Array:
             t, _, _, _, active, finished, _ = carry
@@ -448,6 +461,7 @@ class Engine:
                 jnp.where(active, at % size, 0), tables, None,
             )  # fmt: skip
             drawn = choose(logits, draws(seeds, indices + t), temperature, top_k, top_p)
+            drawn = (*drawn, *self._top(logits, temperature))
             out = tuple(o.at[t].set(d) for o, d in zip(out, drawn, strict=True))
             token = drawn[0]
             done = active & ((t + 1 >= left) | jnp.any(token[:, None] == stops, axis=1))
@@ -457,6 +471,14 @@ class Engine:
         start = (jnp.int32(0), kv, tokens, positions, positions >= 0, jnp.bool_(False), out)
         ran, kv, _, _, _, _, out = jax.lax.while_loop(running, decode, start)
         return kv, ran, *out
+
+    def _top(self, logits: jax.Array, temperature: jax.Array) -> tuple[jax.Array, ...]:
+        """(ids, policy log-probabilities) of each row's ``top_logprobs`` most likely
+        tokens; () when none are asked for."""
+        if not self.top_logprobs:
+            return ()
+        values, ids = jax.lax.top_k(policy_log_softmax(logits, temperature), self.top_logprobs)
+        return ids.astype(jnp.int32), values
 
     def _forward(
         self,

@@ -112,6 +112,7 @@ class Sample:
     versions: list[int] = field(default_factory=list)  # per token, the policy that sampled it
     sampled: list[bool] = field(default_factory=list)  # per token, False: an environment's
     turn_end: int | None = None  # len(tokens) at which this turn ends (None: the budget)
+    top_logprobs: list[tuple] = field(default_factory=list)  # per token: (ids, logprobs)
     blocks: list[int] = field(default_factory=list)
     slot: int | None = None
     finish_reason: str | None = None
@@ -358,7 +359,9 @@ class Scheduler:
         self.stats.steps += max(1, max(map(len, sampled), default=1))
         for row, draws in zip(plan.decode, sampled, strict=True):
             sample = row.sample
-            for token, behaviour, policy in draws:
+            for token, behaviour, policy, *top in draws:
+                if top:  # the engine records the most likely tokens too
+                    sample.top_logprobs.append((top[0].tolist(), top[1].tolist()))
                 sample.tokens.append(int(token))
                 sample.behaviour_logprobs.append(float(behaviour))
                 sample.policy_logprobs.append(float(policy))
@@ -448,6 +451,26 @@ class Scheduler:
         if sample not in self._paused:
             raise ValueError("only a paused sample can be ended")
         self._paused.remove(sample)
+        return self._close(sample)
+
+    def stop(self, sample: Sample) -> list[tuple[Request, list[Sample]]]:
+        """Ends a sample now, wherever it is (running, preempted, paused, being prefilled
+        again), as if it had sampled a stop token: for a caller's own stop condition (a
+        stop string). Returns its request if it was the last of its samples to end; []
+        for a sample that had ended already.
+        """
+        if sample.finish_reason is not None and sample not in self._paused:
+            return []  # it ended already (or ends at the next commit)
+        if sample.slot is not None:
+            self._running[sample.slot] = None
+            sample.slot = None
+        for prefill in [p for p in (*self._prefills, *self._continuing) if p.owner is sample]:
+            (self._prefills if prefill in self._prefills else self._continuing).remove(prefill)
+            self.pool.release(prefill.blocks)
+        for waiting in (self._preempted, self._resumable, self._paused):
+            if sample in waiting:
+                waiting.remove(sample)
+        sample.finish_reason = "stop"
         return self._close(sample)
 
     def _close(self, sample: Sample) -> list[tuple[Request, list[Sample]]]:
