@@ -168,7 +168,9 @@ def test_a_third_party_environment_plugin_trains_from_a_run_config(
 
     config = tmp_path / "run.yaml"
     config.write_text("environment:\n  type: guess_number\n  reward: 3.0\n")
-    assert "environment=guess_number" in _run(venv / "bin" / "rlax", "config", "check", config).stdout
+    assert (
+        "environment=guess_number" in _run(venv / "bin" / "rlax", "config", "check", config).stdout
+    )
     tools = tmp_path / "tools.yaml"
     tools.write_text(
         "environment:\n  type: tools\n  tools:\n    - type: reverse\n    - type: calculator\n"

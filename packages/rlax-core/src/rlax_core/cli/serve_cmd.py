@@ -1,4 +1,6 @@
-"""``rlax serve param-server``: run a networked transport's server as its own process.
+"""``rlax serve param-server``: run a networked transport's server as its own process;
+``rlax serve policy``: serve a checkpoint over the OpenAI API
+(:mod:`rlax_core.serve.policy_server`).
 
 The server comes from the plugin that registered the transport (through the
 ``register_transport_servers`` hook), so core starts a NATS or gRPC server without
@@ -24,6 +26,7 @@ from rlax_core.contracts.transport import TransportServer
 from rlax_core.errors import ConfigError, RlaxError
 from rlax_core.plugins.manager import load_registry
 from rlax_core.plugins.registry import BuildContext, Registry
+from rlax_core.serve.policy_server import EngineShape, PolicyServer
 
 # How often the foreground loop checks that the server is still alive.
 _POLL_S = 0.5
@@ -33,11 +36,27 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     """Adds the ``serve`` subcommand."""
     sub = commands.add_parser(
         "serve",
-        help="run a transport's server (parameter store and queues) as its own process",
-        description="Run the server of a networked transport until SIGINT or SIGTERM. "
-        "Settings come from the run config's transport section and --set overrides.",
+        help="run a transport's server, or serve a policy over the OpenAI API",
+        description="param-server: run the server of a networked transport (settings from "
+        "the run config's transport section and --set overrides). policy: serve a checkpoint "
+        "directory over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models). "
+        "Both run until SIGINT or SIGTERM.",
     )
-    sub.add_argument("what", choices=["param-server"], help="the server to run")
+    sub.add_argument("what", choices=["param-server", "policy"], help="the server to run")
+    policy = sub.add_argument_group("policy")
+    policy.add_argument("--model", type=Path, help="the checkpoint directory (with its tokenizer)")
+    policy.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    policy.add_argument("--port", type=int, default=8000, help="port to listen on (0: any)")
+    policy.add_argument("--served-model-name", help="the model's name in the API")
+    policy.add_argument("--slots", type=int, default=16, help="sequences decoding at once")
+    policy.add_argument("--max-sequence-tokens", type=int, default=4096,
+                        help="the longest prompt and completion together")  # fmt: skip
+    policy.add_argument(
+        "--top-logprobs",
+        type=int,
+        default=20,
+        help="the most alternatives per token a request may ask for (0: none)",
+    )
     sub.add_argument("--transport", help="transport type, e.g. grpc or nats")
     sub.add_argument("--config", type=Path, help="a run config whose transport section to use")
     sub.add_argument(
@@ -53,26 +72,43 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Builds the server, starts it, prints its address and serves until signalled."""
-    registry = load_registry()
-    server = build_server(
-        registry,
-        transport=args.transport,
-        config_path=args.config,
-        overrides=parse_overrides(args.overrides),
-    )
+    if args.what == "policy":
+        server: TransportServer | PolicyServer = _policy_server(args)
+    else:
+        server = build_server(
+            load_registry(),
+            transport=args.transport,
+            config_path=args.config,
+            overrides=parse_overrides(args.overrides),
+        )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     server.start()
     try:
-        print(f"serving {args.what} at {server.address}", flush=True)
+        address = server.url if isinstance(server, PolicyServer) else server.address
+        print(f"serving {args.what} at {address}", flush=True)
         while not stop.wait(_POLL_S):
             if not server.running():
-                raise RlaxError(f"the server at {server.address} stopped on its own; see its log")
+                raise RlaxError(f"the server at {address} stopped on its own; see its log")
     finally:
         server.stop()
     print("stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _policy_server(args: argparse.Namespace) -> PolicyServer:
+    if args.model is None:
+        raise ConfigError("rlax serve policy needs --model DIR (a checkpoint directory)")
+    for name in ("slots", "max_sequence_tokens"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0 <= args.top_logprobs <= 20:
+        raise ConfigError("--top-logprobs must be in [0, 20]")
+    shape = EngineShape(slots=args.slots, max_sequence_tokens=args.max_sequence_tokens,
+                        top_logprobs=args.top_logprobs)  # fmt: skip
+    return PolicyServer(args.model, host=args.host, port=args.port,
+                        model_name=args.served_model_name, shape=shape)  # fmt: skip
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:

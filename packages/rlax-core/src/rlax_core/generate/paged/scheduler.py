@@ -258,6 +258,7 @@ class Scheduler:
         self._paused: list[Sample] = []  # multi-turn samples waiting for the caller
         self._continuing: deque[_Prefill] = deque()  # extended, their new tokens to prefill
         self.turns_ended: list[Sample] = []  # paused since the caller last took them
+        self.committed: list[Sample] = []  # the samples that sampled in the last commit
         self._running: list[Sample | None] = [None] * slots
         self._copies: list[tuple[int, int]] = []
         self._ages = 0
@@ -356,6 +357,7 @@ class Scheduler:
         if len(sampled) != len(plan.decode):
             raise ValueError(f"{len(plan.decode)} decode rows, {len(sampled)} samples")
         finished: list[tuple[Request, list[Sample]]] = []
+        self.committed = [row.sample for row in plan.decode]
         self.stats.steps += max(1, max(map(len, sampled), default=1))
         for row, draws in zip(plan.decode, sampled, strict=True):
             sample = row.sample
