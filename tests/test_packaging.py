@@ -184,7 +184,8 @@ from rlax_core.plugins import BuildContext, load_registry
 registry = load_registry()
 def build(path):
     config = load_run_config(path, registry)
-    return registry.build("environment", config.environment, BuildContext(registry, run_config=config))
+    context = BuildContext(registry, run_config=config)
+    return registry.build("environment", config.environment, context)
 game = build({str(config)!r}).start({{"number": 7}})
 steps = [game.step(turn) for turn in ["Is it 3?", "Then 9.", "7!"]]
 tools = build({str(tools)!r})

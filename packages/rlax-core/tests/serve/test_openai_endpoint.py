@@ -27,8 +27,9 @@ from rlax_core.serve.policy_service import Piece
 
 TOKENIZER = Path(__file__).resolve().parents[4] / "examples" / "quickstart" / "tokenizer"
 MESSAGES = [{"role": "user", "content": "What is 2 + 3?"}]
+INTEGER = {"type": "integer"}
 ADD = {"type": "function", "function": {"name": "add", "description": "Adds.", "parameters": {
-    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}  # fmt: skip
+    "type": "object", "properties": {"a": INTEGER, "b": INTEGER}}}}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +44,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(model_dir: Path):
-    server = PolicyServer(model_dir, port=0,
-                          shape=EngineShape(slots=4, max_sequence_tokens=1024, top_logprobs=5))  # fmt: skip
+    shape = EngineShape(slots=4, max_sequence_tokens=1024, top_logprobs=5)
+    server = PolicyServer(model_dir, port=0, shape=shape)
     server.start()
     yield server
     server.stop()
@@ -130,8 +131,9 @@ def test_completions_take_a_prompt_string_or_token_ids(client: openai.OpenAI, se
     assert a.text == b.text and _extra(a, "token_ids") == _extra(b, "token_ids")
     assert len(a.logprobs.tokens) == len(_extra(a, "token_ids")) == len(a.logprobs.top_logprobs)
     assert all(len(top) <= 2 for top in a.logprobs.top_logprobs)
-    streamed = "".join(c.choices[0].text for c in client.completions.create(
-        model="tiny-policy", prompt="The answer is", seed=1, max_tokens=10, stream=True))  # fmt: skip
+    chunks = client.completions.create(model="tiny-policy", prompt="The answer is", seed=1,
+                                       max_tokens=10, stream=True)  # fmt: skip
+    streamed = "".join(c.choices[0].text for c in chunks)
     assert streamed == a.text
 
 

@@ -41,7 +41,6 @@ from flax import nnx
 
 from rlax_core.generate.next_token import SamplingParams, choose, draws
 from rlax_core.generate.paged.attention import PagedAttention, paged_attention
-from rlax_core.models.logprobs import policy_log_softmax
 from rlax_core.generate.paged.blocks import SCRATCH_BLOCK, BlockPool
 from rlax_core.generate.paged.scheduler import (
     MAX_PREFILL_SEGMENTS,
@@ -52,6 +51,7 @@ from rlax_core.generate.paged.scheduler import (
     StepPlan,
 )
 from rlax_core.generate.sampler import Completions, check_request, completion_seeds
+from rlax_core.models.logprobs import policy_log_softmax
 from rlax_core.models.params import with_params
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.qwen.layers import rope_tables
