@@ -172,6 +172,17 @@ def test_the_rollout_suite_runs_quickly(tmp_path: Path) -> None:
     assert report["notes"]["long-tailed useful tokens"] > report["notes"]["prompts"]
 
 
+def test_the_serve_suite_runs_quickly(tmp_path: Path) -> None:
+    """`rlax bench serve --quick`: the endpoint, whole and streamed, beside the engine."""
+    report = _quick_report("serve", tmp_path)
+    rows = {r["name"]: r for r in report["results"]}
+    for kind in ("whole responses", "streamed"):
+        speed = rows[f"endpoint useful tokens/s, {kind}"]
+        assert speed["subject"] > 0 < speed["baseline"]
+        # The same requests and seeds: the same tokens through both paths.
+        assert report["notes"][kind]["tokens"] == report["notes"]["engine alone"]["tokens"]
+
+
 def test_a_failing_side_engine_says_why(tmp_path: Path) -> None:
     """A baseline's helper that fails raises with the end of its own output, not a bare
     exit status."""
