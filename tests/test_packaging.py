@@ -99,6 +99,8 @@ def test_core_and_verifiers_list_exactly_their_plugins(venv: Path) -> None:
         ("environment", "tools", "rlax-core"),
         ("tool", "calculator", "rlax-core"),
         ("tool", "python", "rlax-verifiers"),
+        ("judge", "reasoning_gym", "rlax-verifiers"),
+        ("prompt_source", "reasoning_gym", "rlax-verifiers"),
         ("judge", "math", "rlax-verifiers"),
         ("judge", "code", "rlax-verifiers"),
         ("sandbox", "local", "rlax-verifiers"),

@@ -87,7 +87,10 @@ def test_wandb_logging_is_off_unless_the_metrics_section_asks(tmp_path: Path) ->
 def test_check_prints_the_chosen_plugins(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = _write(tmp_path, VALID)
     assert main(["config", "check", str(path)]) == 0
-    assert "valid run config (transport=inproc, judge=math)" in capsys.readouterr().out
+    assert (
+        "valid run config (transport=inproc, judge=math, environment=single_turn)"
+        in capsys.readouterr().out
+    )
 
 
 BAD_CONFIGS = {

@@ -1,5 +1,5 @@
 """The hooks through which plugins add transports, sandboxes, judges, environments,
-tools and launchers.
+tools, prompt sources and launchers.
 
 A plugin is a module (found through an ``rlax`` entry point) with functions marked
 ``@hookimpl`` whose names match the hooks below. Each hook is called exactly once per
@@ -106,6 +106,17 @@ def register_tools(register: Register) -> None:
 
 
 @hookspec
+def register_prompt_sources(register: Register) -> None:
+    """Registers prompt sources: factories returning a
+    :class:`~rlax_core.contracts.PromptSource` (a dataset's examples, made rather than
+    read from a file).
+
+    Called once per plugin when the plugin manager is built. A dataset of the run config
+    names one with ``data: {train: [{source: {type: NAME, ...}}]}``.
+    """
+
+
+@hookspec
 def register_launchers(register: Register) -> None:
     """Registers launchers: factories returning a :class:`~rlax_core.contracts.Launcher`.
 
@@ -123,6 +134,7 @@ PLUGIN_KINDS: dict[str, str] = {
         ("judge", register_judges),
         ("environment", register_environments),
         ("tool", register_tools),
+        ("prompt_source", register_prompt_sources),
         ("launcher", register_launchers),
     )
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -220,3 +221,22 @@ def test_parquet_without_pyarrow_says_what_to_install(
     with pytest.raises(ConfigError, match=r"pip install rlax-core\[parquet\]"):
         PromptDataset.load(_config("rows.parquet"), tmp_path)
     assert len(PromptDataset.load(_config("rows.jsonl"), tmp_path)) == 3  # JSONL needs none
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"path": "a.jsonl", "source": {"type": "x"}, "prompt_template": "{q}",
+          "answer_field": "a"}, "exactly one of path"),
+        ({"prompt_template": "{q}"}, "exactly one of path"),
+        ({"source": {"task": "x"}}, "source names its plugin"),
+        ({"source": {"type": "x"}, "answer_field": "a"}, "answer_field apply to data files"),
+        ({"source": {"type": "x"}, "prompt_template": "{question}"}, "fills in {prompt} only"),
+        ({"path": "a.jsonl", "answer_field": "a"}, "needs a prompt_template"),
+    ],
+)  # fmt: skip
+def test_a_dataset_is_a_file_or_a_prompt_source(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        DatasetConfig(**fields)
+    assert DatasetConfig(source={"type": "x"}).dataset_name == "x"
+    assert DatasetConfig(source={"type": "x"}, name="mine").dataset_name == "mine"

@@ -5,6 +5,11 @@ from __future__ import annotations
 from rlax_core.hookspecs import Register, hookimpl
 from rlax_verifiers.code.judge import CodeJudgeConfig, make_code_judge
 from rlax_verifiers.math.judge import MathJudgeConfig, make_math_judge
+from rlax_verifiers.reasoning_gym.judge import ReasoningGymJudgeConfig, make_reasoning_gym_judge
+from rlax_verifiers.reasoning_gym.source import (
+    ReasoningGymSourceConfig,
+    make_reasoning_gym_source,
+)
 from rlax_verifiers.sandbox.aws_lambda.client import LambdaSandboxConfig, make_lambda_sandbox
 from rlax_verifiers.sandbox.docker.backend import DockerSandboxConfig, make_docker_sandbox
 from rlax_verifiers.sandbox.local import LocalSandboxConfig, make_local_sandbox
@@ -13,9 +18,16 @@ from rlax_verifiers.tools import PythonToolConfig, make_python_tool
 
 @hookimpl
 def register_judges(register: Register) -> None:
-    """Registers the ``math`` and ``code`` judges."""
+    """Registers the ``math``, ``code`` and ``reasoning_gym`` judges."""
     register("math", make_math_judge, MathJudgeConfig)
     register("code", make_code_judge, CodeJudgeConfig)
+    register("reasoning_gym", make_reasoning_gym_judge, ReasoningGymJudgeConfig)
+
+
+@hookimpl
+def register_prompt_sources(register: Register) -> None:
+    """Registers the ``reasoning_gym`` prompt source (the reasoning-gym extra)."""
+    register("reasoning_gym", make_reasoning_gym_source, ReasoningGymSourceConfig)
 
 
 @hookimpl

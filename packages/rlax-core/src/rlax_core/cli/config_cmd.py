@@ -43,7 +43,12 @@ def run_check(args: argparse.Namespace) -> int:
     plugins.append(f"environment={config.environment.type}")
     registry = load_registry()
     for spec in getattr(config.environment, "tools", None) or ():
-        plugins.append(f"tool={registry.tool_config(spec).type}")
+        plugins.append(f"tool={registry.plugin_config('tool', spec).type}")
+    datasets = [*config.data.train, config.data.eval] if config.data is not None else []
+    for dataset in (d for d in datasets if d is not None and d.source is not None):
+        plugins.append(
+            f"prompt_source={registry.plugin_config('prompt_source', dataset.source).type}"
+        )
     if config.launcher is not None:
         plugins.append(f"launcher={config.launcher.type}")
     print(f"{args.file}: valid run config ({', '.join(plugins)})")

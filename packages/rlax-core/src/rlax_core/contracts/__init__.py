@@ -17,6 +17,7 @@ from rlax_core.contracts.launcher import (
     RenderedArtifact,
 )
 from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
+from rlax_core.contracts.prompts import PromptExample, PromptSource
 from rlax_core.contracts.queue import Queue
 from rlax_core.contracts.transport import Transport, TransportServer
 from rlax_core.contracts.verifier import Judge, Program, RunRequest, SandboxBackend
@@ -35,6 +36,8 @@ __all__ = [
     "ProcessState",
     "ProcessStatus",
     "Program",
+    "PromptExample",
+    "PromptSource",
     "Queue",
     "RenderedArtifact",
     "RunRequest",

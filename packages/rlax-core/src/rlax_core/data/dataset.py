@@ -7,32 +7,16 @@ through training.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlax_core.config.sections import DatasetConfig, template_fields
+from rlax_core.contracts.prompts import PromptExample
 from rlax_core.data.rows import SourceRow, read_rows
 from rlax_core.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class PromptExample:
-    """One prompt of a dataset.
-
-    Attributes:
-        example_id: stable across runs: ``<dataset name>/<id field value or row index>``.
-        prompt: the rendered prompt text (the loop applies the tokenizer's chat template).
-        problem: what the judge needs, in its native format, e.g.
-            ``{"kind": "math", "answer": "42"}`` or a code problem with tests. The dataset
-            hands out the same dict on every access: treat it as read-only.
-    """
-
-    example_id: str
-    prompt: str
-    problem: dict[str, Any]
 
 
 class PromptDataset:
@@ -60,8 +44,12 @@ class PromptDataset:
 
         Raises:
             ConfigError: the file is missing, unreadable or malformed, has no rows, or a row
-                lacks a field the template or the problem needs, or two rows share an id.
+                lacks a field the template or the problem needs, or two rows share an id;
+                or the prompt source cannot make its examples.
         """
+        if config.source is not None:
+            return cls._from_source(config)
+        assert config.path is not None and config.prompt_template is not None
         path = Path(config.path).expanduser()
         if not path.is_absolute():
             path = base_dir / path
@@ -72,6 +60,30 @@ class PromptDataset:
         examples = [renderer.render(row) for row in rows]
         _check_unique_ids(examples, rows, path, config.id_field)
         return cls(config.dataset_name, examples)
+
+    @classmethod
+    def _from_source(cls, config: DatasetConfig) -> PromptDataset:
+        """The examples a prompt source plugin makes (``source: {type: NAME, ...}``), each
+        prompt put through ``prompt_template``'s ``{prompt}`` when one is given."""
+        from rlax_core.plugins import BuildContext, load_registry
+
+        registry = load_registry()
+        spec = registry.plugin_config("prompt_source", config.source or {})
+        source = registry.build("prompt_source", spec, BuildContext(registry))
+        kind: str = spec.type  # type: ignore[attr-defined]
+        name = config.name or kind
+        examples = list(source.examples(name))[: config.limit]
+        if not examples:
+            raise ConfigError(f"the prompt source {kind!r} made no examples")
+        if config.prompt_template is not None:
+            examples = [
+                dataclasses.replace(e, prompt=config.prompt_template.format(prompt=e.prompt))
+                for e in examples
+            ]
+        ids = [e.example_id for e in examples]
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"the prompt source {kind!r} made two examples of one id")
+        return cls(name, examples)
 
     def __len__(self) -> int:
         """The number of examples."""

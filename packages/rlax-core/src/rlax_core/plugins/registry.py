@@ -93,24 +93,25 @@ class Registry:
                 "see `rlax plugins`"
             ) from None
 
-    def tool_config(self, spec: Mapping[str, Any]) -> BaseModel:
-        """A tool's config (``{type: NAME, ...}``, as an environment's config lists it),
-        validated against that tool's config class.
+    def plugin_config(self, kind: str, spec: Mapping[str, Any]) -> BaseModel:
+        """The config of a plugin named inside another section (``{type: NAME, ...}``: an
+        environment's tools, a dataset's prompt source), validated against that plugin's
+        config class.
 
         Raises:
-            ConfigError: the tool is not installed or its settings are wrong.
+            ConfigError: the plugin is not installed or its settings are wrong.
         """
         name = spec.get("type") if isinstance(spec, Mapping) else None
         if not isinstance(name, str):
-            raise ConfigError(f"a tool is given as {{type: NAME, ...}}, got {spec!r}")
+            raise ConfigError(f"a {kind} is given as {{type: NAME, ...}}, got {spec!r}")
         try:
-            registration = self.get("tool", name)
+            registration = self.get(kind, name)
         except PluginError as exc:
             raise ConfigError(str(exc)) from None
         try:
             return registration.config_cls.model_validate(dict(spec))
         except ValidationError as exc:
-            raise ConfigError(f"tool {name!r}: {exc}") from None
+            raise ConfigError(f"{kind} {name!r}: {exc}") from None
 
     def build(self, kind: str, config: BaseModel, context: BuildContext) -> Any:
         """Builds the implementation selected by a validated plugin config."""
@@ -152,8 +153,8 @@ class BuildContext:
 
     def build_tool(self, spec: Mapping[str, Any]) -> Any:
         """Builds a tool from its config (``{type: NAME, ...}``, as an environment's
-        config lists it); see :meth:`Registry.tool_config`."""
-        return self.registry.build("tool", self.registry.tool_config(spec), self)
+        config lists it); see :meth:`Registry.plugin_config`."""
+        return self.registry.build("tool", self.registry.plugin_config("tool", spec), self)
 
 
 def plugin_config_class(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -12,12 +12,20 @@ from rlax_core.config.sections.base import Section
 
 
 class DatasetConfig(Section):
-    """One prompt dataset: a JSONL or Parquet file, how to render its prompts and judge them."""
+    """One prompt dataset: a JSONL or Parquet file, how to render its prompts and judge
+    them; or a prompt source plugin that makes its examples (``source``)."""
 
-    path: str = Field(
+    path: str | None = Field(
+        default=None,
         min_length=1,
         description="JSONL or Parquet file; a relative path is relative to the run config's "
         "directory.",
+    )
+    source: dict[str, Any] | None = Field(
+        default=None,
+        description="Instead of a file: a prompt source plugin that makes the examples, "
+        "{type: NAME, ...its settings}, e.g. {type: reasoning_gym, task: basic_arithmetic, "
+        "size: 1000, seed: 0} (see `rlax plugins`).",
     )
     format: Literal["auto", "jsonl", "parquet"] = Field(
         default="auto",
@@ -35,10 +43,12 @@ class DatasetConfig(Section):
         allow_inf_nan=False,
         description="Relative share of the training mixture's draws (any positive number).",
     )
-    prompt_template: str = Field(
+    prompt_template: str | None = Field(
+        default=None,
         min_length=1,
         description="Python str.format template over the row's fields, e.g. "
-        "'Q: {question}\\nA:'; write literal braces as {{ and }}.",
+        "'Q: {question}\\nA:'; write literal braces as {{ and }}. With a source: optional, "
+        "over {prompt}, the source's prompt.",
     )
     answer_field: str | None = Field(
         default=None,
@@ -60,12 +70,19 @@ class DatasetConfig(Section):
 
     @property
     def dataset_name(self) -> str:
-        """The name used in example ids: ``name``, or the file name without extension."""
-        return self.name if self.name is not None else Path(self.path).stem
+        """The name used in example ids: ``name``, the file name without extension, or the
+        source's type."""
+        if self.name is not None:
+            return self.name
+        if self.path is None:
+            return str((self.source or {}).get("type", "source"))
+        return Path(self.path).stem
 
     @field_validator("prompt_template")
     @classmethod
-    def _template_names_fields(cls, template: str) -> str:
+    def _template_names_fields(cls, template: str | None) -> str | None:
+        if template is None:
+            return template
         for field in template_fields(template):
             if not field or field.isdigit():
                 raise ValueError(
@@ -76,6 +93,26 @@ class DatasetConfig(Section):
 
     @model_validator(mode="after")
     def _one_problem_source(self) -> DatasetConfig:
+        if (self.path is None) == (self.source is None):
+            raise ValueError(
+                "give exactly one of path (a data file) and source (a prompt source plugin, "
+                "{type: NAME, ...})"
+            )
+        if self.source is not None:
+            if not isinstance(self.source.get("type"), str):
+                raise ValueError("source names its plugin: {type: NAME, ...its settings}")
+            given = [f for f in ("answer_field", "problem_field", "id_field")
+                     if getattr(self, f) is not None]  # fmt: skip
+            if given:
+                raise ValueError(f"{', '.join(given)} apply to data files; a source makes "
+                                 "its own problems and ids")  # fmt: skip
+            if self.prompt_template is not None and set(template_fields(self.prompt_template)) != {
+                "prompt"
+            }:
+                raise ValueError("with a source, prompt_template fills in {prompt} only")
+            return self
+        if self.prompt_template is None:
+            raise ValueError(f"dataset {self.path!r} needs a prompt_template")
         if (self.answer_field is None) == (self.problem_field is None):
             given = "both are set" if self.answer_field is not None else "neither is set"
             raise ValueError(
