@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from rlax_core.config.sections import EngineSection, EvalSection, RolloutSection
+from rlax_core.contracts import Environment, EnvStep, Episode, Message
 from rlax_core.contracts.verifier import Judge
 from rlax_core.errors import ConfigError
 from rlax_core.models import QwenConfig, init_model
@@ -70,3 +71,51 @@ def test_the_rollout_engine_evaluates_as_the_static_sampler_does() -> None:
 def test_a_held_out_prompt_too_long_for_the_engine_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"e4.*rollout\.engine\.max_prompt_tokens \(8\)"):
         _evaluate("paged", PROMPTS, max_prompt_tokens=8)
+
+
+class _TwoTurns(Environment):
+    """Asks the model to try again once; then the judge decides on its second turn."""
+
+    def __init__(self) -> None:
+        self.turns: list[str] = []
+
+    def start(self, problem):
+        environment = self
+
+        class _Episode(Episode):
+            def __init__(self) -> None:
+                self.count = 0
+
+            def step(self, turn: str) -> EnvStep:
+                environment.turns.append(turn)
+                self.count += 1
+                if self.count == 2:
+                    return EnvStep(done=True)
+                return EnvStep(messages=(Message(role="user", content="Again."),))
+
+        return _Episode()
+
+
+def test_a_multi_turn_environment_evaluates_episodes() -> None:
+    """With a multi-turn environment, each held-out sample is an episode: two model turns
+    here, the judge deciding on the last one only."""
+    tokenizer = Tokenizer.from_dir(TOKENIZER)
+    model = init_model(QwenConfig.tiny(vocab_size=tokenizer.vocab_size))
+    judge, environment = _Recorder(), _TwoTurns()
+    rollout = RolloutSection(
+        max_new_tokens=120, turns={"turn_tokens": 6},
+        engine=EngineSection(kind="paged", slots=3, block_size=4),
+    )  # fmt: skip
+    evaluator = Evaluator(model, tokenizer=tokenizer, judge=judge, prompts=PROMPTS,
+                          config=EvalSection(samples_per_prompt=3, ks=[1, 3]), rollout=rollout,
+                          stop_token_ids=(), seed=5, environment=environment)  # fmt: skip
+    metrics = evaluator.run(model)
+    assert metrics["eval/turns_mean"] == 2.0
+    assert len(environment.turns) == 2 * 3 * len(PROMPTS)
+    assert len(judge.seen) == 3 * len(PROMPTS)
+    assert all(text in environment.turns for _, text in judge.seen)  # each is a model turn
+    assert 0.0 <= metrics["eval/pass@1"] <= 1.0
+    with pytest.raises(ConfigError, match="needs the rollout engine"):
+        Evaluator(model, tokenizer=tokenizer, judge=judge, prompts=PROMPTS,
+                  config=EvalSection(), rollout=RolloutSection(max_new_tokens=10),
+                  stop_token_ids=(), seed=5, environment=environment)  # fmt: skip

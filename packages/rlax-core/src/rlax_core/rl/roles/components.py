@@ -180,15 +180,6 @@ def build_environment(registry: Registry, config: RunConfigBase, run_dir: Path) 
     return registry.build("environment", config.environment, context)
 
 
-def tool_schemas(registry: Registry, config: RunConfigBase, run_dir: Path) -> list[dict]:
-    """The environment's tools in OpenAI's function format (what prompts list)."""
-    environment = build_environment(registry, config, run_dir)
-    try:
-        return [tool.schema() for tool in environment.tools]
-    finally:
-        environment.close()
-
-
 def require_networked_transport(role: str, config: RunConfigBase) -> None:
     """Refuses a process of ``role`` on the in-process transport (it cannot reach the run).
 

@@ -18,6 +18,7 @@ verdict and no reward. One rollout's end never touches its neighbours.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -28,8 +29,10 @@ from rlax_core.config.sections import TurnsSection
 from rlax_core.contracts.environment import Environment, EnvStep, Episode
 from rlax_core.environments.chat import IM_END, reply_text
 from rlax_core.errors import ConfigError
+from rlax_core.generate.next_token import SamplingParams
 from rlax_core.generate.paged import Engine, Request, Sample
 from rlax_core.models.tokenizer import Tokenizer
+from rlax_core.types.verdict import Verdict, VerdictStatus
 
 
 @dataclass
@@ -160,6 +163,21 @@ class Episodes:
         """The text of the sample's latest model turn (after the last reply)."""
         return self.tokenizer.decode(sample.last_turn, skip_special_tokens=True)
 
+    def run(self, requests: list[tuple[Request, Mapping[str, Any]]], params: SamplingParams):
+        """Runs multi-turn requests (each with its problem) on an idle engine to the end;
+        per request id, its samples with their endings, in sample order."""
+        self.engine.submit([self.request(r, problem) for r, problem in requests], params)
+        done: dict[Any, list[tuple[Sample, Ending]]] = {}
+        while len(done) < len(requests):
+            finished = self.engine.step()
+            if not self.engine.scheduler.busy:
+                self.wait(timeout=1.0)
+            for request, samples in finished + self.advance():
+                done[request.request_id] = [
+                    (s, self.ending(request.request_id, s.index)) for s in samples
+                ]
+        return done
+
     def ending(self, request_id: Any, index: int) -> Ending:
         """How a sample ended (removed from the books)."""
         return self.endings.pop((request_id, index), Ending())
@@ -180,6 +198,21 @@ class Episodes:
         for request_id in {k[0] for k in self._running}:
             self.drop(request_id)
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def environment_verdict(ending: Ending) -> Verdict:
+    """The verdict of an episode its environment decided: its reward, or SE (no reward)
+    when the environment failed."""
+    if ending.failed:
+        return Verdict(status=VerdictStatus.SE, reward=None, message=ending.reason or "")
+    assert ending.reward is not None
+    status = VerdictStatus.AC if ending.reward > 0 else VerdictStatus.WA
+    return Verdict(status=status, reward=ending.reward, message="rewarded by the environment")
+
+
+def model_turns(sample: Sample) -> int:
+    """How many turns the model took in a sample (its runs of sampled tokens)."""
+    return 1 + sum(1 for a, b in itertools.pairwise(sample.sampled) if not a and b)
 
 
 def _key(sample: Sample) -> tuple[Any, int]:

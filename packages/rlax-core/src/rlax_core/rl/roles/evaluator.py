@@ -6,17 +6,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlax_core.config.sections import EvalSection, RolloutSection
+from rlax_core.contracts.environment import Environment
 from rlax_core.contracts.verifier import Judge
 from rlax_core.errors import ConfigError
 from rlax_core.generate import Sampler, SamplingParams
-from rlax_core.generate.paged import Engine
+from rlax_core.generate.paged import Engine, Request
 from rlax_core.judging import judge_isolated
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.rl.algorithms.pass_at_k import pass_at_k_metrics
+from rlax_core.rl.roles.episodes import Episodes, environment_verdict, model_turns
 from rlax_core.rl.roles.streaming_worker import engine_for
 from rlax_core.rl.roles.worker import sample_seed
-from rlax_core.types.verdict import VerdictStatus
+from rlax_core.types.verdict import Verdict, VerdictStatus
 
 # Completions sampled in one generate call: bounds the evaluation's memory.
 ROWS_PER_CALL = 256
@@ -28,6 +30,9 @@ class Evaluator:
     The seeds are fixed per (prompt, sample), so evaluations at different steps differ
     only by the weights. Completions come from the engine the workers use
     (``rollout.engine``): the rollout engine with ``kind: paged``, else the static sampler.
+    With a multi-turn ``environment`` each sample is an episode, as in training: the
+    judge decides on its last turn unless the environment rewarded it (correct: a
+    reward above 0), and one whose environment failed counts as not correct.
 
     Args:
         model: a model of the policy's structure.
@@ -37,10 +42,11 @@ class Evaluator:
         config: the run config's ``eval`` section.
         rollout: the run config's ``rollout`` section (the engine, ``max_new_tokens``).
         stop_token_ids / seed: as for rollouts.
+        environment: what answers the model's turns (None or single-turn: nothing).
 
     Raises:
         ConfigError: a held-out prompt longer than ``rollout.engine.max_prompt_tokens``
-            (with ``kind: paged``).
+            (with ``kind: paged``); a multi-turn environment without the rollout engine.
     """
 
     def __init__(
@@ -54,6 +60,7 @@ class Evaluator:
         rollout: RolloutSection,
         stop_token_ids: tuple[int, ...],
         seed: int,
+        environment: Environment | None = None,
     ) -> None:
         pad = tokenizer.pad_token_id or 0
         paged = rollout.engine.kind == "paged"
@@ -62,6 +69,12 @@ class Evaluator:
             if paged
             else Sampler(model, pad_token_id=pad)
         )
+        self._episodes = None
+        if environment is not None and environment.multi_turn:
+            if not isinstance(self._sampler, Engine):
+                raise ConfigError("a multi-turn environment needs the rollout engine: set "
+                                  "rollout.engine.kind: paged")  # fmt: skip
+            self._episodes = Episodes(self._sampler, environment, tokenizer, rollout.turns)
         self._tokenizer = tokenizer
         self._judge = judge
         self._prompts = list(prompts)[: config.max_prompts]
@@ -81,8 +94,10 @@ class Evaluator:
         )
 
     def run(self, model: Qwen) -> dict[str, float]:
-        """pass@k for each configured k, and the mean reward, of ``model``."""
+        """pass@k for each configured k, and the mean reward, of ``model`` (and, with a
+        multi-turn environment, the mean number of model turns)."""
         self._sampler.set_model(model)
+        self._turns = 0
         n = self._config.samples_per_prompt
         correct = [0] * len(self._prompts)
         rewards = []
@@ -91,17 +106,43 @@ class Evaluator:
             chunk = self._prompts[start : start + per_call]
             seeds = [sample_seed(self._seed, f"eval/{example_id}", j)
                      for example_id, _, _ in chunk for j in range(n)]  # fmt: skip
-            out = self._sampler.generate(
-                [list(tokens) for _, tokens, _ in chunk], self._params, seed=seeds,
-                samples_per_prompt=n,
-            )  # fmt: skip
-            texts = [self._tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
             problems = [problem for _, _, problem in chunk for _ in range(n)]
-            verdicts = judge_isolated(self._judge, problems, texts)
+            if self._episodes is None:
+                out = self._sampler.generate(
+                    [list(tokens) for _, tokens, _ in chunk], self._params, seed=seeds,
+                    samples_per_prompt=n,
+                )  # fmt: skip
+                texts = [self._tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
+                verdicts = judge_isolated(self._judge, problems, texts)
+            else:
+                verdicts = self._episode_verdicts(chunk, seeds, problems)
             for row, verdict in enumerate(verdicts):
                 correct[start + row // n] += verdict.status == VerdictStatus.AC
                 if verdict.reward is not None:
                     rewards.append(verdict.reward)
         metrics = pass_at_k_metrics(correct, n, self._config.ks)
+        if self._episodes is not None:
+            metrics["eval/turns_mean"] = self._turns / max(1, len(self._prompts) * n)
         metrics["eval/reward_mean"] = sum(rewards) / len(rewards) if rewards else float("nan")
         return metrics
+
+    def _episode_verdicts(self, chunk, seeds: list[int], problems: list) -> list[Verdict]:
+        """The verdicts of the chunk's samples run as episodes (prompt-major)."""
+        assert self._episodes is not None
+        n = self._config.samples_per_prompt
+        requests = [
+            (Request(i, tuple(tokens), tuple(seeds[i * n : (i + 1) * n]),
+                     self._params.max_new_tokens, frozenset(self._params.stop_token_ids)), problem)
+            for i, (_, tokens, problem) in enumerate(chunk)
+        ]  # fmt: skip
+        done = self._episodes.run(requests, self._params)
+        samples = [pair for i in range(len(chunk)) for pair in done[i]]
+        self._turns += sum(model_turns(s) for s, _ in samples)
+        decided = [e.failed or e.reward is not None for _, e in samples]
+        texts = [self._tokenizer.decode(s.last_turn, skip_special_tokens=True)
+                 for (s, _), done_ in zip(samples, decided, strict=True) if not done_]  # fmt: skip
+        judged = iter(judge_isolated(
+            self._judge, [p for p, d in zip(problems, decided, strict=True) if not d], texts
+        ))  # fmt: skip
+        return [environment_verdict(e) if d else next(judged)
+                for (_, e), d in zip(samples, decided, strict=True)]  # fmt: skip

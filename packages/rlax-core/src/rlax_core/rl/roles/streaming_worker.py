@@ -49,13 +49,12 @@ from rlax_core.generate import Sampler
 from rlax_core.generate.paged import Engine, Request, Sample
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
-from rlax_core.rl.roles.episodes import Ending, Episodes
+from rlax_core.rl.roles.episodes import Episodes, environment_verdict
 from rlax_core.rl.roles.loop import POLL_S
 from rlax_core.rl.roles.rollout_groups import deliver, judge_completions, logprob_gaps, pack_group
 from rlax_core.rl.roles.worker import RolloutWorker, sample_seed
 from rlax_core.types.lease import Lease
 from rlax_core.types.rollout import PromptGroup
-from rlax_core.types.verdict import Verdict, VerdictStatus
 
 
 def engine_for(model: Qwen, rollout: RolloutSection, *, pad_token_id: int) -> Engine:
@@ -267,7 +266,7 @@ class StreamingWorker(RolloutWorker):
         answers = [s.last_turn for s, done in zip(samples, decided, strict=True) if not done]
         judged = iter(judge_completions(self._judge, self._tokenizer,
                                         [group.problem] * len(answers), answers))  # fmt: skip
-        verdicts = [_environment_verdict(e) if done else next(judged)
+        verdicts = [environment_verdict(e) if done else next(judged)
                     for e, done in zip(endings, decided, strict=True)]  # fmt: skip
         result = pack_group(
             group, worker_id=self.worker_id, version=version, tokens=tokens,
@@ -287,16 +286,6 @@ class StreamingWorker(RolloutWorker):
             self._engine.recompute()
         if self._scorer is not None:
             self._scorer.set_params(arrays, in_place=True)
-
-
-def _environment_verdict(ending: Ending) -> Verdict:
-    """The verdict of an episode its environment decided: its reward, or SE (no reward)
-    when the environment failed."""
-    if ending.failed:
-        return Verdict(status=VerdictStatus.SE, reward=None, message=ending.reason or "")
-    assert ending.reward is not None
-    status = VerdictStatus.AC if ending.reward > 0 else VerdictStatus.WA
-    return Verdict(status=status, reward=ending.reward, message="rewarded by the environment")
 
 
 def engine_metrics(statuses: Sequence[Mapping[str, Any]]) -> dict[str, float]:

@@ -97,7 +97,9 @@ class TrainerRun:
         self.tokenizer = components.load_tokenizer(config, config_dir)
         self.tokenizer_dir = components.tokenizer_dir(config, config_dir)
         self.stop_token_ids = components.stop_token_ids(self.tokenizer)
-        self.tools = components.tool_schemas(registry, config, run_dir)  # listed in prompts
+        # The environment's tools are listed in prompts; a multi-turn one evaluates too.
+        self.environment = components.build_environment(registry, config, run_dir)
+        self.tools = [tool.schema() for tool in self.environment.tools]
         self.mesh = components.mesh_of(config)
         model = components.build_model(config, config_dir, mesh=self.mesh)
         leader: LeaderDuties | None = None
@@ -131,7 +133,7 @@ class TrainerRun:
                 # device; gathering it is collective.
                 model = host_model(model.config, self.processes.host_params(flat_params(model)))
             if leader is not None:
-                leader.evaluate_with(_copy(model), self.tokenizer, eval_set)
+                leader.evaluate_with(_copy(model), self.tokenizer, eval_set, self.environment)
         self.resumed = resumed_from is not None
         if self.resumed:
             self._restore()
@@ -179,9 +181,10 @@ class TrainerRun:
         return finished
 
     def close(self) -> None:
-        """Closes the metrics and checkpoint writers."""
+        """Closes the metrics and checkpoint writers, and the environment."""
         self.duties.close()
         self.checkpoints.close()
+        self.environment.close()
 
     def _committed(self, steps: list[int]) -> None:
         for step in steps:

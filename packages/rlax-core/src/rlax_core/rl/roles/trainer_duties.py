@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlax_core.config.run_config import RunConfigBase
+from rlax_core.contracts.environment import Environment
 from rlax_core.contracts.transport import Transport
 from rlax_core.contracts.verifier import Judge
 from rlax_core.models.pretrained import save_pretrained
@@ -161,9 +162,14 @@ class LeaderDuties(TrainerDuties):
         self.progress = StepProgress(config.trainer.total_steps, enabled=progress)
 
     def evaluate_with(
-        self, model: Qwen, tokenizer: Tokenizer, prompts: list[components.Prompt]
+        self,
+        model: Qwen,
+        tokenizer: Tokenizer,
+        prompts: list[components.Prompt],
+        environment: Environment | None = None,
     ) -> None:
-        """Evaluates on ``prompts`` from now on, sampling with (a copy of) ``model``."""
+        """Evaluates on ``prompts`` from now on, sampling with (a copy of) ``model``, in
+        ``environment`` (the run's, for a multi-turn one)."""
         config = self._eval_config
         self.evaluator = Evaluator(
             model,
@@ -174,6 +180,7 @@ class LeaderDuties(TrainerDuties):
             rollout=config.rollout,
             stop_token_ids=components.stop_token_ids(tokenizer),
             seed=config.run.seed,
+            environment=environment,
         )
 
     def newest_published(self) -> int | None:
