@@ -25,7 +25,10 @@ from rlax_core.types import PromptGroup, RolloutGroup
 from rlax_core.types.verdict import Verdict, VerdictStatus
 
 TOKENIZER = Path(__file__).resolve().parents[5] / "examples" / "quickstart" / "tokenizer"
-TIMEOUT_S = 0.3
+# Long enough for a step that answers at once on a loaded machine; the hung one waits
+# for RELEASE, set once the worker has given up on it.
+TIMEOUT_S = 3.0
+RELEASE = threading.Event()
 
 
 class Scripted(Environment):
@@ -48,7 +51,7 @@ class _Episode(Episode):
     def step(self, turn: str) -> EnvStep:
         self.turns += 1
         if self.mode == "hang":
-            time.sleep(5 * TIMEOUT_S)
+            RELEASE.wait(60)
         if self.mode == "raise":
             raise RuntimeError("the environment broke")
         if self.mode == "rewarded":
@@ -92,6 +95,7 @@ def _run(
 ) -> tuple[dict, Scripted, LastTurnJudge]:
     """Runs a streaming worker on groups of two samples, one group per mode, until all
     are sent. (The quickstart's tokenizer is nearly byte-level: a reply is ~80 tokens.)"""
+    RELEASE.clear()
     transport = InProcTransport()
     transport.parameter_store().publish(0, dict(flat_params(model)))
     prompts = transport.queue("prompts")
@@ -126,6 +130,7 @@ def _run(
             sent[group.group_id] = group
     assert worker.status()["engine"]["turns"] > 0
     worker.close()
+    RELEASE.set()
     return sent, environment, judge
 
 
