@@ -296,7 +296,8 @@ def engine_metrics(statuses: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     if not engines:
         return {}
     summed = ("running", "tokens_in_flight", "kv_blocks_used", "kv_blocks", "preemptions",
-              "admission_waits", "recomputed", "groups_in_flight")  # fmt: skip
+              "admission_waits", "recomputed", "groups_in_flight", "turns",
+              "environment_steps_running")  # fmt: skip
     total = {k: float(sum(s["engine"].get(k, 0) for s in engines)) for k in summed}
     for mean in ("slot_occupancy", "steps_per_launch"):
         total[mean] = sum(s["engine"].get(mean, 0.0) for s in engines) / len(engines)
