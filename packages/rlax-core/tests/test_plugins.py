@@ -140,7 +140,7 @@ def test_rlax_load_plugins_restricts_entry_points(monkeypatch: pytest.MonkeyPatc
     assert set(registry.loaded_packages) == {"rlax-core", "rlax-transport-nats"}
     assert registry.names("judge") == []
     monkeypatch.setenv("RLAX_LOAD_PLUGINS", "verifiers")  # an entry-point name works too
-    assert load_registry().names("judge") == ["code", "math"]
+    assert load_registry().names("judge") == ["code", "math", "reasoning_gym"]
     monkeypatch.setenv("RLAX_LOAD_PLUGINS", "")
     assert set(load_registry().loaded_packages) == {"rlax-core"}
 
