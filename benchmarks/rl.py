@@ -35,7 +35,8 @@ distribution).
 Runs are repeated in ``ROUNDS`` rounds (k = 0, 1, 2, Tunix, the in-flight pair, then
 again), so a busy moment of a shared machine does not land on one side only; figures
 pool the rounds. ``RLAX_BENCH_RL_PARTS`` runs some of the parts (``staleness``,
-``in_flight``, ``tunix``; e.g. ``in_flight``): the whole suite takes hours here.
+``in_flight``, ``tunix``; e.g. ``in_flight``): the whole suite takes hours here;
+``RLAX_BENCH_RL_ROUNDS`` runs another number of rounds.
 """
 
 from __future__ import annotations
@@ -246,7 +247,7 @@ def run(bench: Bench) -> None:
     quick = bench.quick
     parts = _parts()
     ks = ((0, 1) if quick else (0, 1, 2)) if "staleness" in parts else ()
-    rounds = 1 if quick else ROUNDS
+    rounds = 1 if quick else int(os.environ.get("RLAX_BENCH_RL_ROUNDS", ROUNDS))
     discarded = QUICK["discarded"] if quick else DISCARDED_STEPS
     steps = QUICK["steps"] if quick else STEPS
     base = base_config(quick)
