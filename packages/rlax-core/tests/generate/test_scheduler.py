@@ -427,3 +427,27 @@ def test_a_sample_stopped_anywhere_ends_there_and_frees_its_blocks() -> None:
             else:
                 assert tuple(sample.tokens) == tokens
     assert scheduler.pool.used == 0
+
+
+def test_a_cancelled_request_lets_go_of_everything_and_others_go_on() -> None:
+    """Requests cancelled at different moments — queued, prefilling, running, some of
+    their samples preempted or paused — are never reported and hold no block; every
+    other request completes as it would alone."""
+    requests = _requests(12, seed=9)
+    reference = _completions(_run(_scheduler(), requests)[0])
+    scheduler = _scheduler(slots=3, blocks=18)
+    for request in requests:
+        scheduler.add(request)
+    engine, done, steps = _TokenPool(scheduler.pool), {}, 0
+    cancel_at = {3: "r11", 5: "r0", 9: "r4", 20: "r7"}  # r11 is still queued at step 3
+    while not scheduler.idle:
+        plan = scheduler.plan()
+        done.update((r.request_id, s) for r, s in scheduler.commit(plan, engine.run(plan)))
+        steps += 1
+        assert steps < 10_000, "the scheduler does not finish"
+        if steps in cancel_at and cancel_at[steps] not in done:
+            scheduler.cancel(cancel_at[steps])
+    cancelled = {r for r in cancel_at.values() if r not in done}
+    assert len(cancelled) >= 3  # the others had finished before their moment
+    assert _completions(done) == {r: s for r, s in reference.items() if r not in cancelled}
+    assert scheduler.pool.used == 0

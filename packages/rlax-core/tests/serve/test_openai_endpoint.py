@@ -236,3 +236,27 @@ def test_rlax_serve_policy_serves_until_signalled(model_dir: Path) -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
+
+
+def test_a_client_that_goes_away_stops_its_generation(server: PolicyServer) -> None:
+    """A stream closed after its first chunk: the engine drops the request at once
+    instead of sampling its whole budget."""
+    import time
+
+    import httpx
+
+    stats = server.service.engine.scheduler.stats
+    before = stats.decoded_tokens
+    # 16 samples on 4 slots: about 4,000 tokens to their stop tokens (one in 259 at random).
+    body = {"model": "tiny-policy", "messages": MESSAGES, "n": 16, "max_tokens": 900,
+            "stream": True, "seed": 1}  # fmt: skip
+    with httpx.stream("POST", f"{server.url}/chat/completions", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        next(response.iter_lines())  # the first event, then the client hangs up
+    deadline = time.monotonic() + 60
+    while not server.service.engine.scheduler.idle:
+        assert time.monotonic() < deadline, "the engine kept sampling for a client that left"
+        time.sleep(0.05)
+    assert stats.decoded_tokens - before < 1000
+    again = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
+    assert again.chat.completions.create(model="tiny-policy", messages=MESSAGES, max_tokens=3)

@@ -127,9 +127,13 @@ class OpenAIServer:
         except ValueError as exc:
             return _error(400, str(exc), "messages" if chat else "prompt")
         reply = _Reply(self, body, prompt, generation.n, top, chat=chat, tools=tools)
-        if body.get("stream"):
-            return await reply.stream(request, pieces)
-        return web.json_response(await reply.whole(pieces))
+        try:
+            if body.get("stream"):
+                return await reply.stream(request, pieces)
+            return web.json_response(await reply.whole(pieces))
+        except (asyncio.CancelledError, ConnectionResetError):  # the client went away
+            self.service.cancel(generation)
+            raise
 
     # -- requests --
 

@@ -115,7 +115,8 @@ class PolicyServer:
         from aiohttp import web
 
         loop = self._loop = asyncio.new_event_loop()
-        runner = web.AppRunner(self.api.app, access_log=None)
+        # A handler is cancelled when its client disconnects: its generation is dropped.
+        runner = web.AppRunner(self.api.app, access_log=None, handler_cancellation=True)
         try:
             loop.run_until_complete(runner.setup())
             site = web.TCPSite(runner, self.host, self.port)

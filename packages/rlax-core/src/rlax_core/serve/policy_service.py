@@ -53,7 +53,7 @@ class Piece:
     finish_reason: str | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class Generation:
     """One request: ``n`` samples of a prompt.
 
@@ -103,6 +103,7 @@ class PolicyService:
         self._ids = itertools.count()
         self._seeds = itertools.count(1 << 20)
         self._wake = threading.Condition()
+        self._cancels: list[Generation] = []
         self._closed = False
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name="policy-engine", daemon=True)
@@ -138,6 +139,13 @@ class PolicyService:
             self._pending.append(generation)
             self._wake.notify()
 
+    def cancel(self, generation: Generation) -> None:
+        """Drops a generation (its client went away): it samples nothing more and its
+        listener hears nothing more. Thread-safe; a finished one is left as it is."""
+        with self._wake:
+            self._cancels.append(generation)
+            self._wake.notify()
+
     def close(self) -> None:
         with self._wake:
             self._closed = True
@@ -150,11 +158,15 @@ class PolicyService:
         try:
             while True:
                 with self._wake:
-                    while not self._closed and not self._pending and not self.engine.scheduler.busy:
+                    while not (self._closed or self._pending or self._cancels
+                               or self.engine.scheduler.busy):  # fmt: skip
                         self._wake.wait()
                     if self._closed:
                         return
+                    self._drop_cancelled()
                     self._admit()
+                if not self.engine.scheduler.busy:
+                    continue
                 finished = self.engine.step()
                 self._report(finished)
         except BaseException as exc:  # the engine failed: every waiting listener hears it
@@ -163,6 +175,16 @@ class PolicyService:
                 for index in range(generation.n):
                     generation.listener(_failed(index))
             raise
+
+    def _drop_cancelled(self) -> None:
+        for generation in self._cancels:
+            if generation in self._pending:
+                self._pending.remove(generation)
+            elif self._generations.pop(generation._request_id, None) is generation:
+                self.engine.cancel(generation._request_id)
+                for key in [k for k, t in self._tracked.items() if t.generation is generation]:
+                    del self._tracked[key]
+        self._cancels.clear()
 
     def _admit(self) -> None:
         """Submits queued generations that sample with the settings in flight (any, when

@@ -274,6 +274,10 @@ class Engine:
         """Ends a sample now (a caller's stop condition); see :meth:`Scheduler.stop`."""
         return self.scheduler.stop(sample)
 
+    def cancel(self, request_id) -> None:
+        """Drops a request and everything it holds; see :meth:`Scheduler.cancel`."""
+        self.scheduler.cancel(request_id)
+
     @property
     def chunk_buckets(self) -> tuple[int, ...]:
         """The prefill-chunk lengths a step compiles for (0: a step without a prefill)."""

@@ -475,6 +475,35 @@ class Scheduler:
         sample.finish_reason = "stop"
         return self._close(sample)
 
+    def cancel(self, request_id: Hashable) -> None:
+        """Drops a request wherever its parts are — queued, prefilling, running, paused —
+        its blocks back to the pool; its samples are never reported (a client that went
+        away)."""
+
+        def mine(request: Request) -> bool:
+            return request.request_id == request_id
+
+        self._waiting = deque(r for r in self._waiting if not mine(r))
+        for groups in (self._ready, self._stale):
+            for group in [g for g in groups if mine(g.request)]:
+                groups.remove(group)
+                self.pool.release(group.blocks)
+                group.blocks = []
+        for prefill in [p for p in (*self._prefills, *self._continuing) if mine(p.owner.request)]:
+            (self._prefills if prefill in self._prefills else self._continuing).remove(prefill)
+            self.pool.release(prefill.blocks)
+        for slot, sample in enumerate(self._running):
+            if sample is not None and mine(sample.request):
+                self._running[slot] = sample.slot = None
+                self.pool.release(sample.blocks)
+                sample.blocks = []
+        for waiting in (self._preempted, self._resumable, self._paused):
+            for sample in [s for s in waiting if mine(s.request)]:
+                waiting.remove(sample)
+                self.pool.release(sample.blocks)
+                sample.blocks = []
+        self.turns_ended = [s for s in self.turns_ended if not mine(s.request)]
+
     def _close(self, sample: Sample) -> list[tuple[Request, list[Sample]]]:
         """Releases a finished sample's blocks; its request if all its samples ended."""
         self.pool.release(sample.blocks)
