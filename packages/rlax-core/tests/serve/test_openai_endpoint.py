@@ -21,7 +21,7 @@ import pytest
 from rlax_core.generate import Sampler
 from rlax_core.models import QwenConfig, init_model, save_pretrained
 from rlax_core.models.tokenizer import Tokenizer
-from rlax_core.serve.openai_api import _Reply
+from rlax_core.serve.openai_api import _Choice, _Reply
 from rlax_core.serve.policy_server import EngineShape, PolicyServer
 from rlax_core.serve.policy_service import Piece
 
@@ -188,7 +188,7 @@ def test_a_tool_call_in_the_text_comes_back_as_tool_calls(server: PolicyServer) 
     (choice,) = asyncio.run(broken.whole(queue))["choices"]
     assert choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"]
     streamed, _ = reply(text)
-    delta, done = streamed._delta(type("C", (), {"text": text, "finish_reason": "stop"})(),
+    delta, done = streamed._delta(_Choice(text=text, finish_reason="stop"),
                                   [0], 0, [False])  # fmt: skip
     assert done and delta["content"] == "Adding." and delta["tool_calls"][0]["index"] == 0
 

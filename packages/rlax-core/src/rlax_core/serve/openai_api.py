@@ -34,6 +34,7 @@ from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.serve.policy_service import Generation, Piece, PolicyService
 
 MAX_TOP_LOGPROBS = 20
+_UNREAD = object()  # a choice whose tool calls are not read yet
 
 
 class BadRequestError(Exception):
@@ -55,6 +56,10 @@ class _Choice:
     versions: list[int] = field(default_factory=list)
     top: list[tuple[list[int], list[float]]] = field(default_factory=list)
     finish_reason: str | None = None
+    calls: Any = None  # its tool calls once read (see _Reply._calls); _UNREAD before
+
+    def __post_init__(self) -> None:
+        self.calls = _UNREAD
 
     def add(self, piece: Piece) -> None:
         self.tokens += piece.tokens
@@ -310,7 +315,7 @@ class _Reply:
         if self.chat and not started[index]:
             delta["role"] = "assistant"
             started[index] = True
-        calls = _tool_calls(choice.text) if self.tools and done else None
+        calls = self._calls(choice) if done else None
         if calls is not None:
             visible = choice.text[: choice.text.index(OPEN)].rstrip()
         if len(visible) > shown[index]:
@@ -337,7 +342,7 @@ class _Reply:
         entry: dict[str, Any] = {"index": index, "finish_reason": self._finish_reason(choice)}
         if self.chat:
             message: dict[str, Any] = {"role": "assistant", "content": choice.text}
-            calls = _tool_calls(choice.text) if self.tools else None
+            calls = self._calls(choice)
             if calls:
                 message["content"] = choice.text[: choice.text.index(OPEN)].rstrip() or None
                 message["tool_calls"] = calls
@@ -349,8 +354,17 @@ class _Reply:
         entry["rlax"] = _record(choice.behaviour, choice.policy, choice.versions)
         return entry
 
+    def _calls(self, choice: _Choice) -> list[dict[str, Any]] | None:
+        """A finished choice's tool calls (read once: each gets one id), when tools were
+        offered."""
+        if not self.tools:
+            return None
+        if choice.calls is _UNREAD:
+            choice.calls = _tool_calls(choice.text)
+        return choice.calls
+
     def _finish_reason(self, choice: _Choice) -> str:
-        if self.tools and _tool_calls(choice.text):
+        if self._calls(choice):
             return "tool_calls"
         return choice.finish_reason or "stop"
 
