@@ -515,15 +515,17 @@ class Scheduler:
             return []
         return [(sample.request, sorted(group.finished, key=lambda s: s.index))]
 
-    def _drop_continuing(self) -> bool:
+    def _drop_continuing(self, *, counted: bool = True) -> bool:
         """Frees the cached prefix of the latest extended sample whose prefill has not
-        started (prefilled from its whole history instead); False if there is none."""
+        started (prefilled from its whole history instead); False if there is none.
+        ``counted``: a preemption for want of blocks (else for new weights)."""
         if not self._continuing:
             return False
         prefill = self._continuing.pop()
         self.pool.release(prefill.blocks)
-        prefill.owner.preemptions += 1
-        self.stats.preemptions += 1
+        if counted:
+            prefill.owner.preemptions += 1
+            self.stats.preemptions += 1
         self._preempted.append(prefill.owner)
         self._preempted.sort(key=lambda s: s.age)
         return True
@@ -563,10 +565,7 @@ class Scheduler:
             group.blocks = []
             self._stale.append(group)
             dropped += 1
-        while self._continuing:
-            prefill = self._continuing.popleft()
-            self.pool.release(prefill.blocks)
-            self._preempted.append(prefill.owner)
+        while self._drop_continuing(counted=False):
             dropped += 1
         for sample in self._paused:
             if sample.blocks:
