@@ -7,6 +7,7 @@ from rlax_core.contracts.environment import (
     Message,
     Tool,
     ToolError,
+    Turn,
 )
 from rlax_core.contracts.launcher import (
     PROCESS_STATES,
@@ -46,4 +47,5 @@ __all__ = [
     "ToolError",
     "Transport",
     "TransportServer",
+    "Turn",
 ]

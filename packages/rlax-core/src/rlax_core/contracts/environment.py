@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -52,6 +53,28 @@ class EnvStep(Record):
     reason: str | None = Field(default=None, description="Why it ended, if not by design.")
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One model turn as the worker sampled it.
+
+    Attributes:
+        text: its text, special tokens removed.
+        token_ids: its tokens, exactly as sampled (the end-of-turn token included).
+        context_ids: the sequence before it: the prompt, earlier turns and the
+            environment's replies, exactly as the model read them.
+        logprobs: per token, its behaviour log-probability.
+        versions: per token, the policy version that sampled it.
+        stopped: it ended at an end-of-turn token (False: its token budget ran out).
+    """
+
+    text: str
+    token_ids: tuple[int, ...] = ()
+    context_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+    versions: tuple[int, ...] = ()
+    stopped: bool = True
+
+
 class Episode(ABC):
     """One sample's conversation with an environment. Its methods may block (a tool in a
     sandbox); the worker runs them off its engine's thread, under a wall-time limit."""
@@ -63,6 +86,12 @@ class Episode(ABC):
         An exception here is the environment's bug: the rollout ends with the error as
         its reason, and its neighbours go on.
         """
+
+    def take(self, turn: Turn) -> EnvStep:
+        """Answers the model's latest turn, with its tokens; what the worker calls. By
+        default :meth:`step` on its text; an episode that needs the tokens (one that
+        hands them to an OpenAI client) overrides this instead."""
+        return self.step(turn.text)
 
     def close(self) -> None:  # noqa: B027  (optional hook with a default)
         """Releases what the episode holds; called once, however it ended."""
@@ -83,6 +112,11 @@ class Environment(ABC):
     @abstractmethod
     def start(self, problem: Mapping[str, Any]) -> Episode:
         """A new episode for one sample of the prompt whose judge's problem is given."""
+
+    def bind(self, tokenizer: Any) -> None:  # noqa: B027  (optional hook with a default)
+        """Called with the run's :class:`~rlax_core.models.tokenizer.Tokenizer` before the
+        first episode (by every worker or evaluator that runs this environment), for an
+        environment that renders chats itself."""
 
     def close(self) -> None:  # noqa: B027  (optional hook with a default)
         """Releases shared resources (a sandbox pool); idempotent."""

@@ -21,15 +21,21 @@ class PromptExample:
 
     Attributes:
         example_id: stable across runs: ``<dataset name>/<id field value or row index>``.
-        prompt: the rendered prompt text (the loop applies the tokenizer's chat template).
+        prompt: the rendered prompt text (the loop applies the tokenizer's chat template,
+            as one user message).
         problem: what the judge needs, in its native format, e.g.
             ``{"kind": "math", "answer": "42"}`` or a code problem with tests. The dataset
             hands out the same dict on every access: treat it as read-only.
+        messages: the prompt as a conversation instead (``[{"role": "system", "content":
+            ...}, {"role": "user", ...}]``), rendered through the chat template as it is;
+            ``prompt`` is then its text, for logs. A source whose environment formats
+            its own prompts (a system prompt, few-shot turns) gives these.
     """
 
     example_id: str
     prompt: str
     problem: dict[str, Any]
+    messages: tuple[dict[str, Any], ...] = ()
 
 
 class PromptSource(ABC):

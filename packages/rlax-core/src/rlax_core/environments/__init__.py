@@ -1,8 +1,10 @@
-"""Environments that ship with rlax-core: single-turn answers, tools, and the built-in
-calculator tool. The contract is :mod:`rlax_core.contracts.environment`."""
+"""Environments that ship with rlax-core: single-turn answers, tools, the built-in
+calculator tool, and the base of environments that are OpenAI-client programs. The
+contract is :mod:`rlax_core.contracts.environment`."""
 
 from rlax_core.environments.calculator import Calculator, CalculatorConfig
 from rlax_core.environments.chat import reply_text
+from rlax_core.environments.client import ClientEnvironment, EnvironmentProtocolError, ListedTool
 from rlax_core.environments.tool_calls import ToolCall, parse_tool_calls
 from rlax_core.environments.tools import (
     SingleTurnConfig,
@@ -14,6 +16,9 @@ from rlax_core.environments.tools import (
 __all__ = [
     "Calculator",
     "CalculatorConfig",
+    "ClientEnvironment",
+    "EnvironmentProtocolError",
+    "ListedTool",
     "SingleTurnConfig",
     "SingleTurnEnvironment",
     "ToolCall",

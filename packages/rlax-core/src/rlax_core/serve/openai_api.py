@@ -116,21 +116,21 @@ class OpenAIServer:
 
     async def _answer(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         try:
-            body = await _body(request)
+            body = await read_body(request)
             self._check_model(body)
             prompt, tools = self._prompt(body, chat=chat)
             generation, top = self._generation(body, prompt)
         except BadRequestError as exc:
-            return _error(400, str(exc), exc.param)
+            return error_response(400, str(exc), exc.param)
         except _NotFoundError as exc:
-            return _error(404, str(exc), "model")
+            return error_response(404, str(exc), "model")
         pieces: asyncio.Queue[Piece] = asyncio.Queue()
         loop = asyncio.get_running_loop()
         generation.listener = lambda piece: loop.call_soon_threadsafe(pieces.put_nowait, piece)
         try:
             self.service.submit(generation)
         except ValueError as exc:
-            return _error(400, str(exc), "messages" if chat else "prompt")
+            return error_response(400, str(exc), "messages" if chat else "prompt")
         reply = _Reply(self, body, prompt, generation.n, top, chat=chat, tools=tools)
         try:
             if body.get("stream"):
@@ -174,7 +174,7 @@ class OpenAIServer:
             tools = None
         try:
             text = self.tokenizer.render_chat(
-                [_template_message(m) for m in messages], add_generation_prompt=True, tools=tools
+                [template_message(m) for m in messages], add_generation_prompt=True, tools=tools
             )
         except (ValueError, TypeError, KeyError) as exc:
             raise BadRequestError(f"the messages cannot be rendered: {exc}", "messages") from None
@@ -274,7 +274,7 @@ class _Reply:
             first = len(choice.tokens)
             choice.add(piece)
             if piece.finish_reason == "error":
-                await _send(
+                await send_event(
                     response, {"error": {"message": "the engine failed", "type": "server_error"}}
                 )
                 break
@@ -294,11 +294,11 @@ class _Reply:
             chunk["choices"] = [entry]
             if not sent_prompt:
                 chunk["prompt_token_ids"], sent_prompt = list(self.prompt), True
-            await _send(response, chunk)
+            await send_event(response, chunk)
         if self.usage_in_stream:
             chunk = self._envelope("chat.completion.chunk" if self.chat else "text_completion")
             chunk["choices"], chunk["usage"] = [], self._usage(choices)
-            await _send(response, chunk)
+            await send_event(response, chunk)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -360,7 +360,7 @@ class _Reply:
         if not self.tools:
             return None
         if choice.calls is _UNREAD:
-            choice.calls = _tool_calls(choice.text)
+            choice.calls = tool_calls_of(choice.text)
         return choice.calls
 
     def _finish_reason(self, choice: _Choice) -> str:
@@ -400,7 +400,7 @@ class _Reply:
                 "total_tokens": len(self.prompt) + completion}  # fmt: skip
 
 
-def _tool_calls(text: str) -> list[dict[str, Any]] | None:
+def tool_calls_of(text: str) -> list[dict[str, Any]] | None:
     """The text's tool calls in OpenAI's shape; None if it has none or one is malformed
     (the text then stays content, as the model wrote it)."""
     calls = parse_tool_calls(text)
@@ -411,7 +411,7 @@ def _tool_calls(text: str) -> list[dict[str, Any]] | None:
             for c in calls]  # fmt: skip
 
 
-def _template_message(message: Any) -> dict[str, Any]:
+def template_message(message: Any) -> dict[str, Any]:
     """An OpenAI message as the chat template reads it: text content, and tool calls'
     arguments as objects."""
     if not isinstance(message, dict) or message.get("role") not in (
@@ -463,7 +463,7 @@ def _number(body: Mapping[str, Any], key: str, default, kind, *, low, high):
     return kind(value)
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+async def read_body(request: web.Request) -> dict[str, Any]:
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -473,11 +473,11 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-async def _send(response: web.StreamResponse, data: dict[str, Any]) -> None:
+async def send_event(response: web.StreamResponse, data: dict[str, Any]) -> None:
     await response.write(f"data: {json.dumps(data)}\n\n".encode())
 
 
-def _error(status: int, message: str, param: str | None) -> web.Response:
+def error_response(status: int, message: str, param: str | None) -> web.Response:
     code = "invalid_request_error" if status == 400 else "not_found_error"
     return web.json_response(
         {"error": {"message": message, "type": code, "param": param, "code": None}},

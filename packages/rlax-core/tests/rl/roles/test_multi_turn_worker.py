@@ -3,6 +3,7 @@ queues: token-exact turns, the limits, and environments that misbehave."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Mapping
@@ -10,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import openai
 import pytest
 
 from rlax_core.config.sections import EngineSection, RolloutSection, StalenessSection, TurnsSection
 from rlax_core.contracts import Environment, EnvStep, Episode, Judge, Message
-from rlax_core.environments import reply_text
+from rlax_core.environments import ClientEnvironment, reply_text
 from rlax_core.generate import Sampler
 from rlax_core.models import QwenConfig, flat_params, init_model
 from rlax_core.models.tokenizer import Tokenizer
@@ -91,8 +93,8 @@ def model(tokenizer: Tokenizer):
 
 
 def _run(
-    model, tokenizer, modes: list[str], *, budget: int = 400, **turns
-) -> tuple[dict, Scripted, LastTurnJudge]:
+    model, tokenizer, modes: list[str], *, budget: int = 400, environment=None, **turns
+) -> tuple[dict, Any, LastTurnJudge]:
     """Runs a streaming worker on groups of two samples, one group per mode, until all
     are sent. (The quickstart's tokenizer is nearly byte-level: a reply is ~80 tokens.)"""
     RELEASE.clear()
@@ -111,7 +113,7 @@ def _run(
                              max_prompt_tokens=128),
         turns=TurnsSection(**limits),
     )  # fmt: skip
-    environment, judge = Scripted(), LastTurnJudge()
+    environment, judge = environment or Scripted(), LastTurnJudge()
     worker = StreamingWorker(
         "w", model=model, tokenizer=tokenizer, judge=judge, environment=environment,
         store=transport.parameter_store(), prompts=prompts, outbox=transport.queue("rollouts"),
@@ -130,6 +132,7 @@ def _run(
             sent[group.group_id] = group
     assert worker.status()["engine"]["turns"] > 0
     worker.close()
+    environment.close()
     RELEASE.set()
     return sent, environment, judge
 
@@ -203,3 +206,121 @@ def test_the_token_budget_ends_a_rollout(model, tokenizer) -> None:
     for rollout in sent["g0"].rollouts:
         assert "token budget" in rollout.end_reason
         assert len(rollout.environment_spans) > 0 and len(rollout.completion_tokens) <= 150
+
+
+class Conversation(ClientEnvironment):
+    """The ``talk`` conversation of :class:`Scripted`, written against the OpenAI client;
+    other modes misbehave: ``rewrite`` edits the history, ``elsewhere`` asks a prompt
+    other than the one sampled from, ``raise`` fails after its first answer, ``stream``
+    streams its second request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: list[list[Any]] = []  # per finished episode: its responses
+        self.refusals: list[str] = []
+
+    async def run(self, client, model, problem):
+        mode = problem["mode"]
+        question = "Add 2 and 3." if mode != "elsewhere" else "Add 4 and 5."
+        messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
+        answers = []
+        try:
+            for turn, reply in enumerate(
+                [{"role": "tool", "tool_call_id": "c1", "content": "result 1"},
+                 {"role": "user", "content": "Go on, please."}, None]
+            ):  # fmt: skip
+                if mode == "stream" and turn == 1:
+                    chunks = [c async for c in await client.chat.completions.create(
+                        model=model, messages=messages, stream=True)]  # fmt: skip
+                    answers.append(chunks[0].choices[0].model_extra | chunks[0].model_extra)
+                    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+                    message = {"role": "assistant", "content": text}
+                else:
+                    response = await client.chat.completions.create(model=model, messages=messages)
+                    answers.append(response.choices[0].model_extra | response.model_extra)
+                    message = response.choices[0].message.model_dump(exclude_none=True)
+                if mode == "raise":
+                    raise ValueError("the program broke")
+                if mode == "rewrite":
+                    messages[0] = {"role": "user", "content": "Add 7 and 8."}
+                messages.append(message)
+                if reply is not None:
+                    messages.append(reply)
+        except openai.BadRequestError as exc:
+            self.refusals.append(str(exc))
+            raise
+        self.answers.append(answers)
+        return 0.25
+
+
+def test_a_client_environment_trains_as_a_native_one(model, tokenizer) -> None:
+    """The same three-turn conversation through the worker's OpenAI endpoint: the same
+    token sequence, replies rendered once, behaviour log-probabilities equal to the
+    teacher's; each response carries the tokens the rollout trains on; the program's
+    return value is the reward."""
+    sent, environment, judge = _run(
+        model, tokenizer, ["talk", "stream"], environment=Conversation()
+    )
+    im_end = tokenizer.token_id("<|im_end|>")
+    rollouts = [(g, r) for g in sent.values() for r in g.rollouts]
+    assert len(environment.answers) == len(rollouts) == 4
+    for _, rollout in rollouts:
+        assert rollout.end_reason is None and len(rollout.environment_spans) == 2
+        assert rollout.reward == 0.25 and rollout.verdict.message == "rewarded by the environment"
+        tokens = rollout.completion_tokens
+        for (start, end), messages in zip(
+            rollout.environment_spans,
+            [(Message(role="tool", content="result 1"),),
+             (Message(role="user", content="Go on, please."),)],
+            strict=True,
+        ):  # fmt: skip
+            closed = tokens[start - 1] == im_end
+            assert list(tokens[start:end]) == tokenizer.encode(
+                reply_text(messages, turn_closed=closed)
+            )
+    # What the program was told is what the rollout holds: per turn, the context the
+    # model read and the tokens it wrote, with their log-probabilities and versions.
+    told = sorted(
+        tuple(t for a in answers for t in a["token_ids"]) for answers in environment.answers
+    )
+    held = sorted(tuple(t for t, s in zip(r.completion_tokens, r.sampled_mask(), strict=True) if s)
+                  for _, r in rollouts)  # fmt: skip
+    assert told == held
+    for answers in environment.answers:
+        first = answers[0]["prompt_token_ids"]
+        assert first == tokenizer.apply_chat_template([{"role": "user", "content": "Add 2 and 3."}])
+        for a, b in itertools.pairwise(answers):
+            assert b["prompt_token_ids"][: len(a["prompt_token_ids"])] == a["prompt_token_ids"]
+            assert (
+                b["prompt_token_ids"][len(a["prompt_token_ids"]) :][: len(a["token_ids"])]
+                == a["token_ids"]
+            )
+        assert all(
+            v == [0] * len(a["token_ids"]) for a in answers for v in [a["rlax"]["policy_versions"]]
+        )
+    prompts = [list(g.prompt_tokens) for g, _ in rollouts]
+    scored = Sampler(model).score(prompts, [list(r.completion_tokens) for _, r in rollouts], 1.0)
+    for (_, rollout), teacher in zip(rollouts, scored, strict=True):
+        mask = np.asarray(rollout.sampled_mask())
+        gap = np.abs(np.asarray(teacher) - np.asarray(rollout.policy_logprobs))[mask]
+        assert gap.max() < 1e-5
+    assert judge.seen == []  # the program rewarded every episode
+
+
+def test_a_client_environment_that_breaks_the_rules_ends_unjudged(model, tokenizer) -> None:
+    """A program that edits its history, asks another prompt than the one sampled from,
+    or raises: each rollout ends SE with its reason, the program got a 400 naming the
+    problem, and the well-behaved group beside them trains."""
+    modes = ["rewrite", "elsewhere", "raise", "talk"]
+    sent, environment, _ = _run(model, tokenizer, modes, environment=Conversation())
+    by_mode = {mode: sent[f"g{i}"].rollouts for i, mode in enumerate(modes)}
+    for mode, reason in [("rewrite", "changed message 0"), ("elsewhere", "not the prompt"),
+                         ("raise", "ValueError: the program broke")]:  # fmt: skip
+        for rollout in by_mode[mode]:
+            assert rollout.verdict.status == "SE" and rollout.reward is None
+            assert reason in rollout.end_reason, rollout.end_reason
+    assert sum("differs from the conversation so far" in r for r in environment.refusals) == 2
+    assert sum("differ from the" in r and "prompt the worker sampled" in r
+               for r in environment.refusals) == 2  # fmt: skip
+    for rollout in by_mode["talk"]:
+        assert rollout.reward == 0.25 and len(rollout.environment_spans) == 2

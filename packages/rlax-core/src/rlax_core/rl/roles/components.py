@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.environment import Environment
+from rlax_core.contracts.prompts import PromptExample
 from rlax_core.contracts.transport import Transport
 from rlax_core.contracts.verifier import Judge
 from rlax_core.data import PromptDataset, PromptMixture
@@ -112,19 +113,29 @@ def build_model(config: RunConfigBase, base_dir: Path, *, mesh: Mesh | None = No
 
 def prompt_encoder(
     tokenizer: Tokenizer, chat_template: bool, tools: Sequence[dict] = ()
-) -> Callable[[str], list[int]]:
-    """Prompt text → token ids, through the chat template when the config asks for it
-    (listing ``tools``, the environment's, in OpenAI's function format)."""
-    if chat_template:
-        return lambda text: tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], tools=tools
-        )
-    if tools:
+) -> Callable[[PromptExample], list[int]]:
+    """A prompt → token ids, through the chat template when the config asks for it
+    (listing ``tools``, the environment's, in OpenAI's function format); a prompt given
+    as messages always goes through it."""
+    if not chat_template and tools:
         raise ConfigError(
             "the environment offers tools, which the model is shown through the chat "
             "template: set rollout.chat_template: true"
         )
-    return tokenizer.encode
+
+    def encode(example: PromptExample) -> list[int]:
+        if example.messages:
+            try:
+                return tokenizer.apply_chat_template(example.messages, tools=tools)
+            except ValueError as exc:
+                raise ConfigError(f"prompt {example.example_id}: {exc}") from None
+        if chat_template:
+            return tokenizer.apply_chat_template(
+                [{"role": "user", "content": example.prompt}], tools=tools
+            )
+        return tokenizer.encode(example.prompt)
+
+    return encode
 
 
 def train_prompts(
@@ -146,7 +157,7 @@ def train_prompts(
 
     def next_prompt() -> Prompt:
         example = mixture.next()
-        return example.example_id, encode(example.prompt), example.problem
+        return example.example_id, encode(example), example.problem
 
     return mixture, next_prompt
 
@@ -161,8 +172,7 @@ def eval_prompts(
     dataset = PromptDataset.load(config.data.eval, base_dir)
     encode = prompt_encoder(tokenizer, config.rollout.chat_template, tools)
     return [
-        (ex.example_id, encode(ex.prompt), ex.problem)
-        for ex in (dataset[i] for i in range(len(dataset)))
+        (ex.example_id, encode(ex), ex.problem) for ex in (dataset[i] for i in range(len(dataset)))
     ]
 
 

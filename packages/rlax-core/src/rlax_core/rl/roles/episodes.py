@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlax_core.config.sections import TurnsSection
-from rlax_core.contracts.environment import Environment, EnvStep, Episode
+from rlax_core.contracts.environment import Environment, EnvStep, Episode, Turn
 from rlax_core.environments.chat import IM_END, reply_text
 from rlax_core.errors import ConfigError
 from rlax_core.generate.next_token import SamplingParams
@@ -81,6 +81,7 @@ class Episodes:
                 f"the environment answers the model's turns in ChatML, but the tokenizer has "
                 f"no {IM_END} token: use a Qwen-family tokenizer"
             ) from None
+        self.environment.bind(self.tokenizer)
         self._pool = ThreadPoolExecutor(self.limits.environment_threads, "environment")
         self._running: dict[tuple[Any, int], _Running] = {}
 
@@ -112,7 +113,7 @@ class Episodes:
         for sample in self.engine.take_turns():
             running = self._running[_key(sample)]
             running.sample, running.turns = sample, running.turns + 1
-            running.step = self._pool.submit(running.episode.step, self._turn_text(sample))
+            running.step = self._pool.submit(running.episode.take, self._turn(sample))
             running.deadline = time.monotonic() + self.limits.step_timeout_s
         finished: list[tuple[Request, list[Sample]]] = []
         now = time.monotonic()
@@ -159,9 +160,18 @@ class Episodes:
         running.episode.close()
         return self.engine.end(sample)
 
-    def _turn_text(self, sample: Sample) -> str:
-        """The text of the sample's latest model turn (after the last reply)."""
-        return self.tokenizer.decode(sample.last_turn, skip_special_tokens=True)
+    def _turn(self, sample: Sample) -> Turn:
+        """The sample's latest model turn (after the last reply)."""
+        tokens = sample.last_turn
+        start = len(sample.tokens) - len(tokens)
+        return Turn(
+            text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+            token_ids=tuple(tokens),
+            context_ids=(*sample.request.prompt, *sample.tokens[:start]),
+            logprobs=tuple(sample.behaviour_logprobs[start:]),
+            versions=tuple(sample.versions[start:]),
+            stopped=bool(tokens) and tokens[-1] in sample.request.stop_token_ids,
+        )
 
     def run(self, requests: list[tuple[Request, Mapping[str, Any]]], params: SamplingParams):
         """Runs multi-turn requests (each with its problem) on an idle engine to the end;
