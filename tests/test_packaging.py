@@ -101,6 +101,8 @@ def test_core_and_verifiers_list_exactly_their_plugins(venv: Path) -> None:
         ("tool", "python", "rlax-verifiers"),
         ("judge", "reasoning_gym", "rlax-verifiers"),
         ("prompt_source", "reasoning_gym", "rlax-verifiers"),
+        ("prompt_source", "verifiers", "rlax-verifiers"),
+        ("environment", "verifiers", "rlax-verifiers"),
         ("judge", "math", "rlax-verifiers"),
         ("judge", "code", "rlax-verifiers"),
         ("sandbox", "local", "rlax-verifiers"),

@@ -5,6 +5,11 @@ from __future__ import annotations
 from rlax_core.hookspecs import Register, hookimpl
 from rlax_verifiers.code.judge import CodeJudgeConfig, make_code_judge
 from rlax_verifiers.math.judge import MathJudgeConfig, make_math_judge
+from rlax_verifiers.prime.environment import (
+    VerifiersEnvironmentConfig,
+    make_verifiers_environment,
+)
+from rlax_verifiers.prime.source import VerifiersSourceConfig, make_verifiers_source
 from rlax_verifiers.reasoning_gym.judge import ReasoningGymJudgeConfig, make_reasoning_gym_judge
 from rlax_verifiers.reasoning_gym.source import (
     ReasoningGymSourceConfig,
@@ -26,8 +31,16 @@ def register_judges(register: Register) -> None:
 
 @hookimpl
 def register_prompt_sources(register: Register) -> None:
-    """Registers the ``reasoning_gym`` prompt source (the reasoning-gym extra)."""
+    """Registers the ``reasoning_gym`` prompt source (the reasoning-gym extra) and the
+    ``verifiers`` one (the prime extra)."""
     register("reasoning_gym", make_reasoning_gym_source, ReasoningGymSourceConfig)
+    register("verifiers", make_verifiers_source, VerifiersSourceConfig)
+
+
+@hookimpl
+def register_environments(register: Register) -> None:
+    """Registers the ``verifiers`` environment (the prime extra)."""
+    register("verifiers", make_verifiers_environment, VerifiersEnvironmentConfig)
 
 
 @hookimpl

@@ -178,6 +178,10 @@ def build_batch(
         "reward/std": float(np.nanstd(rewards)) if has_reward.any() else float("nan"),
         "completion/length_mean": float(np.mean(lengths)),
         "completion/length_max": float(max(lengths)),
+        # Model turns per rollout: one, and one more after each environment reply.
+        "completion/turns_mean": float(
+            np.mean([1 + len(r.environment_spans) for _, r in rollouts])
+        ),
         "completion/truncated_fraction": float(
             np.mean([r.finish_reason == "length" for _, r in rollouts])
         ),
