@@ -91,13 +91,20 @@ QWEN_CHAT_TEMPLATE = (
 )
 
 
-def build_qwen_tokenizer(corpus: Iterable[str], vocab_size: int, path: str | Path) -> Tokenizer:
+def build_qwen_tokenizer(
+    corpus: Iterable[str],
+    vocab_size: int,
+    path: str | Path,
+    *,
+    chat_template: str = QWEN_CHAT_TEMPLATE,
+) -> Tokenizer:
     """Trains a byte-level BPE on ``corpus`` and writes Qwen-style tokenizer files.
 
     Args:
         corpus: training text.
         vocab_size: ids in total, special tokens included (≥ 256 + 3).
         path: directory for ``tokenizer.json`` and ``tokenizer_config.json``.
+        chat_template: the Jinja chat template (Qwen2.5's by default).
 
     Returns:
         The tokenizer, loaded back from the files written.
@@ -136,7 +143,7 @@ def build_qwen_tokenizer(corpus: Iterable[str], vocab_size: int, path: str | Pat
             for t in SPECIAL_TOKENS
         },
         "bos_token": None,
-        "chat_template": QWEN_CHAT_TEMPLATE,
+        "chat_template": chat_template,
         "clean_up_tokenization_spaces": False,
         "eos_token": "<|im_end|>",
         "errors": "replace",

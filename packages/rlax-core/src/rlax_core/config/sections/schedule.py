@@ -25,6 +25,12 @@ class EvalSection(Section):
     max_prompts: int | None = Field(
         default=None, ge=1, description="Evaluate on at most this many held-out prompts."
     )
+    without_tools: bool = Field(
+        default=False,
+        description="Also evaluate with the environment's tools unanswered (the same prompts; "
+        "the first turn is judged), as eval_without_tools/*: how much of pass@k the tools "
+        "give. Only with a multi-turn environment.",
+    )
 
     @model_validator(mode="after")
     def _k_fits(self) -> EvalSection:
@@ -59,4 +65,11 @@ class WarmStartSection(Section):
         default="{answer}",
         description="The completion taught for an example: a str.format template over its "
         "problem's fields (e.g. '{answer}').",
+    )
+    turns: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="A multi-turn demonstration instead of target_template: the model's turns, "
+        "each a str.format template over the problem's fields. The run's environment answers "
+        "each turn but the last, as in a rollout; its replies are out of the loss.",
     )

@@ -111,6 +111,21 @@ def build_model(config: RunConfigBase, base_dir: Path, *, mesh: Mesh | None = No
     return init_model(model_config, seed=config.run.seed, mesh=mesh)
 
 
+def check_vocabulary(model: Qwen, tokenizer: Tokenizer) -> None:
+    """Refuses a tokenizer with ids past the model's embedding table (they would embed as
+    NaN, silently).
+
+    Raises:
+        ConfigError: the tokenizer has more ids than the model has embeddings.
+    """
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ConfigError(
+            f"the tokenizer has {tokenizer.vocab_size} token ids but the model embeds "
+            f"{model.config.vocab_size}: set model.overrides.vocab_size to at least "
+            f"{tokenizer.vocab_size}, or use the model's own tokenizer"
+        )
+
+
 def prompt_encoder(
     tokenizer: Tokenizer, chat_template: bool, tools: Sequence[dict] = ()
 ) -> Callable[[PromptExample], list[int]]:

@@ -26,7 +26,7 @@ from flax import nnx
 from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.transport import Transport
 from rlax_core.contracts.verifier import Judge
-from rlax_core.errors import RlaxError
+from rlax_core.errors import ConfigError, RlaxError
 from rlax_core.memory import memory_metrics
 from rlax_core.models.params import flat_params, host_model, replace_params
 from rlax_core.models.qwen import Qwen
@@ -36,7 +36,7 @@ from rlax_core.rl.roles import components
 from rlax_core.rl.roles.learner import Learner
 from rlax_core.rl.roles.trainer_duties import FollowerDuties, LeaderDuties, TrainerDuties
 from rlax_core.rl.roles.trainer_processes import TrainerProcesses
-from rlax_core.rl.roles.warm_start import warm_start
+from rlax_core.rl.roles.warm_start import demonstration, target, warm_start
 from rlax_core.run_dir.checkpoints import CheckpointStore
 from rlax_core.run_dir.layout import prepare
 from rlax_core.transport.host_memory import return_freed_memory
@@ -102,6 +102,7 @@ class TrainerRun:
         self.tools = [tool.schema() for tool in self.environment.tools]
         self.mesh = components.mesh_of(config)
         model = components.build_model(config, config_dir, mesh=self.mesh)
+        components.check_vocabulary(model, self.tokenizer)
         leader: LeaderDuties | None = None
         if self.processes.is_leader:
             if transport is None:
@@ -298,15 +299,19 @@ class TrainerRun:
             _, tokens, problem = next_prompt()
             return tokens, problem
 
+        section, eos = self.config.warm_start, self.tokenizer.eos_token_id
+        demonstrate = target(section.target_template, self.tokenizer.encode, eos,
+                             field="warm_start.target_template")  # fmt: skip
+        if section.turns is not None:
+            if not self.environment.multi_turn:
+                raise ConfigError("warm_start.turns demonstrates several turns, but the "
+                                  "environment answers none: set environment (e.g. "
+                                  "{type: tools})")  # fmt: skip
+            self.environment.bind(self.tokenizer)
+            demonstrate = demonstration(section.turns, self.environment, self.tokenizer, eos)
         losses: list[float] = []
-        model = warm_start(
-            model,
-            next_example,
-            self.tokenizer.encode,
-            self.tokenizer.eos_token_id,
-            self.config.warm_start,
-            on_step=lambda step, loss: losses.append(loss),
-        )
+        model = warm_start(model, next_example, demonstrate, section,
+                           on_step=lambda step, loss: losses.append(loss))  # fmt: skip
         final_loss = losses[-1] if losses else None
         self.duties.report("warm_start", {"steps": len(losses), "final_loss": final_loss})
         return model

@@ -22,6 +22,7 @@ from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.environment import Environment
 from rlax_core.contracts.transport import Transport
 from rlax_core.contracts.verifier import Judge
+from rlax_core.errors import ConfigError
 from rlax_core.models.pretrained import save_pretrained
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, Tokenizer
@@ -159,6 +160,7 @@ class LeaderDuties(TrainerDuties):
             run_config=config.model_dump(mode="json"),
         )
         self.evaluator: Evaluator | None = None
+        self.evaluator_without_tools: Evaluator | None = None
         self.progress = StepProgress(config.trainer.total_steps, enabled=progress)
 
     def evaluate_with(
@@ -171,17 +173,26 @@ class LeaderDuties(TrainerDuties):
         """Evaluates on ``prompts`` from now on, sampling with (a copy of) ``model``, in
         ``environment`` (the run's, for a multi-turn one)."""
         config = self._eval_config
-        self.evaluator = Evaluator(
-            model,
-            tokenizer=tokenizer,
-            judge=self.judge,
-            prompts=prompts,
-            config=config.eval,
-            rollout=config.rollout,
-            stop_token_ids=components.stop_token_ids(tokenizer),
-            seed=config.run.seed,
-            environment=environment,
-        )
+
+        def evaluator(environment: Environment | None) -> Evaluator:
+            return Evaluator(
+                model,
+                tokenizer=tokenizer,
+                judge=self.judge,
+                prompts=prompts,
+                config=config.eval,
+                rollout=config.rollout,
+                stop_token_ids=components.stop_token_ids(tokenizer),
+                seed=config.run.seed,
+                environment=environment,
+            )
+
+        self.evaluator = evaluator(environment)
+        if config.eval.without_tools:
+            if environment is None or not environment.multi_turn:
+                raise ConfigError("eval.without_tools compares with the environment's turns "
+                                  "answered, but it answers none: set environment")  # fmt: skip
+            self.evaluator_without_tools = evaluator(None)
 
     def newest_published(self) -> int | None:
         latest = self.store.latest()
@@ -205,7 +216,16 @@ class LeaderDuties(TrainerDuties):
         self.controller.renew_leases()
 
     def evaluate(self, policy: Callable[[], Qwen]) -> dict[str, float]:
-        return {} if self.evaluator is None else self.evaluator.run(policy())
+        if self.evaluator is None:
+            return {}
+        model = policy()
+        metrics = self.evaluator.run(model)
+        if self.evaluator_without_tools is not None:
+            alone = self.evaluator_without_tools.run(model)
+            metrics.update(
+                {f"eval_without_tools/{k.split('/', 1)[1]}": v for k, v in alone.items()}
+            )
+        return metrics
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         if step > 0:
