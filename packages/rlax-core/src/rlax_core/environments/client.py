@@ -222,8 +222,9 @@ class _ClientEpisode(Episode):
 
     def _answer(self, turn: Turn) -> None:
         """Answers the waiting request with the turn."""
+        # Imported here: rlax_core.serve imports this package (its tool-call parser).
         from rlax_core.serve.episode_api import chat_completion
-        from rlax_core.serve.openai_api import template_message, tool_calls_of
+        from rlax_core.serve.messages import template_message, tool_calls_of
 
         call, self._call = self._call, None
         calls = tool_calls_of(turn.text) if call.tools else None

@@ -23,6 +23,8 @@ plugin in this workspace imports any other part of core.
 - :mod:`rlax_core.kit.transport`: building blocks of a transport: preparing a version
   to publish, checksums, the lazy-connection transport base, the in-memory store and
   lease table a server can serve.
+- :mod:`rlax_core.kit.environment`: the base of environments that are OpenAI-client
+  programs, and chat messages as the chat template reads them.
 - :mod:`rlax_core.kit.launcher`: the run directory as launchers read and write it (the
   process table, events, status rows, metrics) and child processes that die with
   their parent.

@@ -29,13 +29,8 @@ from typing import Any
 
 from aiohttp import web
 
-from rlax_core.serve.openai_api import (
-    BadRequestError,
-    error_response,
-    read_body,
-    send_event,
-    template_message,
-)
+from rlax_core.serve.messages import BadRequestError, template_message
+from rlax_core.serve.openai_api import error_response, read_body, send_event
 
 
 @dataclass(eq=False)

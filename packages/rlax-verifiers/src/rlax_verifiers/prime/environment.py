@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
-from rlax_core.environments import ClientEnvironment, ListedTool
+from rlax_core.kit.environment import ClientEnvironment, ListedTool
 from rlax_verifiers.prime.library import EnvironmentSpec, load, verifiers
 
 

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from rlax_core.contracts import PromptExample, PromptSource
 from rlax_core.errors import ConfigError
+from rlax_core.kit.environment import BadRequestError, template_message
 from rlax_verifiers.prime.library import EnvironmentSpec, load
 
 
@@ -28,8 +29,6 @@ class VerifiersSource(PromptSource):
         self.config = config
 
     def examples(self, dataset_name: str) -> Sequence[PromptExample]:
-        from rlax_core.serve.openai_api import BadRequestError, template_message
-
         environment, config = load(self.config), self.config
         n = config.size or -1
         try:
