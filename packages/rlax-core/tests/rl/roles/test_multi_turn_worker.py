@@ -137,6 +137,33 @@ def _run(
     return sent, environment, judge
 
 
+def _assert_talk_replies(rollout, tokenizer: Tokenizer) -> None:
+    """The ``talk`` conversation's replies are its messages as the template renders
+    them, tokenized once, never sampled."""
+    im_end = tokenizer.token_id("<|im_end|>")
+    tokens = rollout.completion_tokens
+    for (start, end), messages in zip(
+        rollout.environment_spans,
+        [(Message(role="tool", content="result 1"),),
+         (Message(role="user", content="Go on, please."),)],
+        strict=True,
+    ):  # fmt: skip
+        closed = tokens[start - 1] == im_end
+        assert list(tokens[start:end]) == tokenizer.encode(reply_text(messages, turn_closed=closed))
+        assert set(rollout.behaviour_logprobs[start:end]) == {0.0}
+
+
+def _assert_teacher_agrees(model, rollouts) -> None:
+    """The trainer's teacher-forced log-probabilities equal the sampler's on every model
+    token of each (group, rollout)."""
+    prompts = [list(g.prompt_tokens) for g, _ in rollouts]
+    scored = Sampler(model).score(prompts, [list(r.completion_tokens) for _, r in rollouts], 1.0)
+    for (_, rollout), teacher in zip(rollouts, scored, strict=True):
+        mask = np.asarray(rollout.sampled_mask())
+        gap = np.abs(np.asarray(teacher) - np.asarray(rollout.policy_logprobs))[mask]
+        assert gap.max() < 1e-5
+
+
 def test_a_multi_turn_rollout_is_one_token_exact_sequence(model, tokenizer) -> None:
     """Three model turns with a tool result and a user turn between them: the
     environment's tokens are its replies as the chat template renders them, tokenized
@@ -144,28 +171,12 @@ def test_a_multi_turn_rollout_is_one_token_exact_sequence(model, tokenizer) -> N
     the whole sequence equal the sampler's on every model token; the judge sees the
     last turn."""
     sent, environment, judge = _run(model, tokenizer, ["talk", "talk"])
-    im_end = tokenizer.token_id("<|im_end|>")
     rollouts = [(g, r) for g in sent.values() for r in g.rollouts]
     for group, rollout in rollouts:
         assert len(rollout.environment_spans) == 2 and rollout.end_reason is None
-        tokens = rollout.completion_tokens
-        for (start, end), messages in zip(
-            rollout.environment_spans,
-            [(Message(role="tool", content="result 1"),),
-             (Message(role="user", content="Go on, please."),)],
-            strict=True,
-        ):  # fmt: skip
-            closed = tokens[start - 1] == im_end
-            expected = tokenizer.encode(reply_text(messages, turn_closed=closed))
-            assert list(tokens[start:end]) == expected
-            assert set(rollout.behaviour_logprobs[start:end]) == {0.0}
+        _assert_talk_replies(rollout, tokenizer)
         assert group.logprob_gap is not None and group.logprob_gap < 1e-5
-    prompts = [list(g.prompt_tokens) for g, _ in rollouts]
-    scored = Sampler(model).score(prompts, [list(r.completion_tokens) for _, r in rollouts], 1.0)
-    for (_, rollout), teacher in zip(rollouts, scored, strict=True):
-        mask = np.asarray(rollout.sampled_mask())
-        gap = np.abs(np.asarray(teacher) - np.asarray(rollout.policy_logprobs))[mask]
-        assert gap.max() < 1e-5
+    _assert_teacher_agrees(model, rollouts)
     answers = sorted(tokenizer.decode(r.answer_tokens(), skip_special_tokens=True)
                      for _, r in rollouts)  # fmt: skip
     assert sorted(judge.seen) == answers
@@ -261,23 +272,12 @@ def test_a_client_environment_trains_as_a_native_one(model, tokenizer) -> None:
     sent, environment, judge = _run(
         model, tokenizer, ["talk", "stream"], environment=Conversation()
     )
-    im_end = tokenizer.token_id("<|im_end|>")
     rollouts = [(g, r) for g in sent.values() for r in g.rollouts]
     assert len(environment.answers) == len(rollouts) == 4
     for _, rollout in rollouts:
         assert rollout.end_reason is None and len(rollout.environment_spans) == 2
         assert rollout.reward == 0.25 and rollout.verdict.message == "rewarded by the environment"
-        tokens = rollout.completion_tokens
-        for (start, end), messages in zip(
-            rollout.environment_spans,
-            [(Message(role="tool", content="result 1"),),
-             (Message(role="user", content="Go on, please."),)],
-            strict=True,
-        ):  # fmt: skip
-            closed = tokens[start - 1] == im_end
-            assert list(tokens[start:end]) == tokenizer.encode(
-                reply_text(messages, turn_closed=closed)
-            )
+        _assert_talk_replies(rollout, tokenizer)
     # What the program was told is what the rollout holds: per turn, the context the
     # model read and the tokens it wrote, with their log-probabilities and versions.
     told = sorted(
@@ -298,12 +298,7 @@ def test_a_client_environment_trains_as_a_native_one(model, tokenizer) -> None:
         assert all(
             v == [0] * len(a["token_ids"]) for a in answers for v in [a["rlax"]["policy_versions"]]
         )
-    prompts = [list(g.prompt_tokens) for g, _ in rollouts]
-    scored = Sampler(model).score(prompts, [list(r.completion_tokens) for _, r in rollouts], 1.0)
-    for (_, rollout), teacher in zip(rollouts, scored, strict=True):
-        mask = np.asarray(rollout.sampled_mask())
-        gap = np.abs(np.asarray(teacher) - np.asarray(rollout.policy_logprobs))[mask]
-        assert gap.max() < 1e-5
+    _assert_teacher_agrees(model, rollouts)
     assert judge.seen == []  # the program rewarded every episode
 
 
