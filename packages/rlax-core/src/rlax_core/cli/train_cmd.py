@@ -25,7 +25,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "with a checkpoint; --resume continues.",
     )
     sub.add_argument("config", type=Path, help="YAML run config")
-    sub.add_argument("--run-dir", type=Path, help="run directory (default: runs/<run.name>)")
+    sub.add_argument(
+        "--run-dir",
+        help="run directory: local, gs://… or s3://… (default: run.run_dir, else runs/<run.name>)",
+    )
     sub.add_argument("--resume", action="store_true", help="continue the run in the run directory")
     sub.add_argument("--role", choices=["all", "trainer", "worker", "verifier"], default="all",
                      help="this process's part of a multi-process run")  # fmt: skip

@@ -17,6 +17,7 @@ from rlax_core.config.sections import DatasetConfig, template_fields
 from rlax_core.contracts.prompts import PromptExample
 from rlax_core.data.rows import SourceRow, read_rows
 from rlax_core.errors import ConfigError
+from rlax_core.storage import storage_path
 
 
 class PromptDataset:
@@ -50,9 +51,7 @@ class PromptDataset:
         if config.source is not None:
             return cls._from_source(config)
         assert config.path is not None and config.prompt_template is not None
-        path = Path(config.path).expanduser()
-        if not path.is_absolute():
-            path = base_dir / path
+        path = storage_path(config.path, base_dir)
         rows = read_rows(path, config.format, config.limit)
         if not rows:
             raise ConfigError(f"{path}: has no rows; a dataset needs at least one prompt")

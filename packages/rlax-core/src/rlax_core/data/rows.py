@@ -73,52 +73,59 @@ def read_rows(path: Path, declared_format: str, limit: int | None = None) -> lis
     return _read_jsonl(path, limit)
 
 
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
-
-
 def _read_jsonl(path: Path, limit: int | None) -> list[SourceRow]:
-    raw = _read_bytes(path)
-    if raw.startswith(_PARQUET_MAGIC):
-        raise ConfigError(f"{path}: is a Parquet file, not JSON Lines; set format: parquet")
+    """Reads line by line, so a file in a bucket streams and ``limit`` stops the read."""
+    rows: list[SourceRow] = []
+    try:
+        with path.open("rb") as handle:
+            # Split on "\n" only (a binary file's lines): str.splitlines would also split
+            # at U+2028 inside JSON strings.
+            for number, raw in enumerate(handle, start=1):
+                if limit is not None and len(rows) >= limit:
+                    break
+                if number == 1:
+                    if raw.startswith(_PARQUET_MAGIC):
+                        raise ConfigError(
+                            f"{path}: is a Parquet file, not JSON Lines; set format: parquet"
+                        )
+                    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
+                row = _jsonl_row(path, number, raw, len(rows))
+                if row is not None:
+                    rows.append(row)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    return rows
+
+
+def _jsonl_row(path: Path, number: int, raw: bytes, index: int) -> SourceRow | None:
+    """Line ``number`` as a row; None for a blank line."""
     if b"\0" in raw:
-        line = raw[: raw.index(b"\0")].count(b"\n") + 1
         raise ConfigError(
-            f"{path}: line {line}: contains binary data (NUL bytes); a JSONL dataset is text, "
-            "one JSON object per line"
+            f"{path}: line {number}: contains binary data (NUL bytes); a JSONL dataset is "
+            "text, one JSON object per line"
         )
     try:
-        text = raw.decode("utf-8-sig")
+        line_text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
         raise ConfigError(
-            f"{path}: line {line}: is not UTF-8 text (bad byte at offset {exc.start}); "
+            f"{path}: line {number}: is not UTF-8 text (bad byte at column {exc.start + 1}); "
             "save the file as UTF-8"
         ) from None
-    rows: list[SourceRow] = []
-    # Split on "\n" only: str.splitlines would also split at U+2028 inside JSON strings.
-    for number, line_text in enumerate(text.split("\n"), start=1):
-        if limit is not None and len(rows) >= limit:
-            break
-        if not line_text.strip():
-            continue
-        try:
-            value = json.loads(line_text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(
-                f"{path}: line {number}: not valid JSON ({exc.msg}, column {exc.colno}); "
-                "each line of a JSONL file is one JSON object"
-            ) from None
-        if not isinstance(value, dict):
-            raise ConfigError(
-                f"{path}: line {number}: is a JSON {_json_kind(value)}, not an object; "
-                'each line of a JSONL file is one object such as {"question": ..., "answer": ...}'
-            )
-        rows.append(SourceRow(index=len(rows), where=f"line {number}", fields=value))
-    return rows
+    if not line_text.strip():
+        return None
+    try:
+        value = json.loads(line_text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path}: line {number}: not valid JSON ({exc.msg}, column {exc.colno}); "
+            "each line of a JSONL file is one JSON object"
+        ) from None
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"{path}: line {number}: is a JSON {_json_kind(value)}, not an object; "
+            'each line of a JSONL file is one object such as {"question": ..., "answer": ...}'
+        )
+    return SourceRow(index=index, where=f"line {number}", fields=value)
 
 
 def _read_parquet(path: Path, limit: int | None) -> list[SourceRow]:
@@ -131,7 +138,8 @@ def _read_parquet(path: Path, limit: int | None) -> list[SourceRow]:
             "pip install rlax-core[parquet]"
         ) from None
     try:
-        table = pq.read_table(path)
+        with path.open("rb") as handle:  # a local file or an object (ranged reads)
+            table = pq.read_table(handle)
     except (pa.ArrowException, OSError) as exc:
         raise ConfigError(
             f"{path}: is not a readable Parquet file ({exc}); if it is JSON Lines, set "

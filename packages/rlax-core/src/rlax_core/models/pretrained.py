@@ -24,6 +24,7 @@ from jax.sharding import Mesh
 from rlax_core.models.params import build_model, flat_params, param_shapes
 from rlax_core.models.qwen import Qwen, QwenConfig
 from rlax_core.models.safetensors_file import CheckpointError, SafetensorsReader, write_safetensors
+from rlax_core.storage import AnyPath, staged_folder, storage_path
 
 CONFIG = "config.json"
 SINGLE = "model.safetensors"
@@ -31,7 +32,7 @@ INDEX = "model.safetensors.index.json"
 
 
 def load_pretrained(
-    path: str | Path,
+    path: str | AnyPath,
     *,
     mesh: Mesh | None = None,
     param_dtype: str | None = None,
@@ -41,7 +42,8 @@ def load_pretrained(
     """Loads a Qwen2/Qwen3 checkpoint directory.
 
     Args:
-        path: directory with ``config.json`` and safetensors weights.
+        path: directory with ``config.json`` and safetensors weights, local or in a
+            bucket (each tensor is then read with its own ranged request).
         mesh: where to place parameters (see :mod:`rlax_core.models.sharding`); one
             device if None.
         param_dtype: "float32" or "bfloat16"; default: the checkpoint's dtype.
@@ -55,7 +57,7 @@ def load_pretrained(
         CheckpointError: missing or unreadable files, unknown architecture, missing or
             unexpected tensors, wrong shapes, truncated safetensors.
     """
-    path = Path(path)
+    path = storage_path(path) if isinstance(path, str) else path
     config = read_config(path, param_dtype=param_dtype, dtype=dtype, remat=remat)
     expected = param_shapes(config)
     with _open_weights(path) as tensors:
@@ -157,51 +159,55 @@ def _open_weights(path: Path) -> Iterator[dict[str, SafetensorsReader]]:
             )
 
 
-def save_pretrained(model: Qwen, path: str | Path, *, max_shard_bytes: int | None = None) -> None:
+def save_pretrained(
+    model: Qwen, path: str | AnyPath, *, max_shard_bytes: int | None = None
+) -> None:
     """Writes ``config.json`` and safetensors weights that ``transformers`` loads.
 
     Args:
         model: the model (parameters may be sharded; each tensor is gathered when written).
-        path: the directory (created if needed); stale weight files of an earlier save
-            with other sharding are removed.
+        path: the directory (created if needed), local or in a bucket (written locally,
+            then uploaded); stale weight files of an earlier save with other sharding
+            are removed.
         max_shard_bytes: split the weights into shards of at most this size (plus one
             tensor), with a ``model.safetensors.index.json``.
     """
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    params = flat_params(model)
-    shards: list[list[str]] = [[]]
-    size = 0
-    for name, array in params.items():
-        if max_shard_bytes and shards[-1] and size + array.nbytes > max_shard_bytes:
-            shards.append([])
-            size = 0
-        shards[-1].append(name)
-        size += array.nbytes
-    if len(shards) == 1:
-        files = {SINGLE: shards[0]}
-    else:
-        files = {
-            f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors": s for i, s in enumerate(shards)
-        }
-    for file, names in files.items():
-        write_safetensors(
-            path / file,
-            [(n, params[n].shape, params[n].dtype, _gather(params[n])) for n in names],
-            metadata={"format": "pt"},
-        )
-    if len(files) > 1:
-        index = {
-            "metadata": {"total_size": sum(int(a.nbytes) for a in params.values())},
-            "weight_map": {n: f for f, names in files.items() for n in names},
-        }
-        _write_json(path / INDEX, index)
-    else:
-        (path / INDEX).unlink(missing_ok=True)
-    for stale in path.glob("model*.safetensors"):
-        if stale.name not in files:
-            stale.unlink()
-    _write_json(path / CONFIG, model.config.to_hf())
+    target = storage_path(path) if isinstance(path, str) else path
+    with staged_folder(target) as path:
+        params = flat_params(model)
+        shards: list[list[str]] = [[]]
+        size = 0
+        for name, array in params.items():
+            if max_shard_bytes and shards[-1] and size + array.nbytes > max_shard_bytes:
+                shards.append([])
+                size = 0
+            shards[-1].append(name)
+            size += array.nbytes
+        if len(shards) == 1:
+            files = {SINGLE: shards[0]}
+        else:
+            files = {
+                f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors": s
+                for i, s in enumerate(shards)
+            }
+        for file, names in files.items():
+            write_safetensors(
+                path / file,
+                [(n, params[n].shape, params[n].dtype, _gather(params[n])) for n in names],
+                metadata={"format": "pt"},
+            )
+        if len(files) > 1:
+            index = {
+                "metadata": {"total_size": sum(int(a.nbytes) for a in params.values())},
+                "weight_map": {n: f for f, names in files.items() for n in names},
+            }
+            _write_json(path / INDEX, index)
+        else:
+            (path / INDEX).unlink(missing_ok=True)
+        for stale in path.glob("model*.safetensors"):
+            if stale.name not in files:
+                stale.unlink()
+        _write_json(path / CONFIG, model.config.to_hf())
 
 
 def _gather(array: jax.Array):

@@ -1,7 +1,9 @@
 """Reading and writing the safetensors format without copying whole checkpoints.
 
-A reader maps the file and hands out read-only NumPy views of each tensor, so a loader
-copies only the slices it places on devices, then releases the pages it read. A writer
+A reader maps a local file and hands out read-only NumPy views of each tensor, so a
+loader copies only the slices it places on devices, then releases the pages it read. A
+file in a bucket (``gs://``, ``s3://``) is read with one ranged request per tensor, so a
+load holds at most the tensor being placed, never the whole file. A writer
 streams tensors one at a time into a temporary file and renames it into place, so a
 crash never leaves a half-written checkpoint under the final name.
 
@@ -25,6 +27,7 @@ import ml_dtypes
 import numpy as np
 
 from rlax_core.errors import RlaxError
+from rlax_core.storage import AnyPath, filesystem, is_remote, storage_path
 
 DTYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
@@ -70,37 +73,60 @@ class TensorEntry:
 
 
 class SafetensorsReader:
-    """Maps one ``.safetensors`` file and validates its header.
+    """Maps one local ``.safetensors`` file, or reads one in a bucket by ranges, and
+    validates its header.
 
     Raises:
         CheckpointError: the file is missing, truncated, or its header is malformed.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | AnyPath) -> None:
+        self.path = storage_path(path) if isinstance(path, str) else path
+        self._file = None
+        self._map: mmap.mmap | None = None
+        self._remote = filesystem(self.path) if is_remote(self.path) else None
         try:
-            self._file = open(self.path, "rb")  # noqa: SIM115  (closed in close())
+            if self._remote is not None:
+                size = self._remote.size(str(self.path))
+            else:
+                self._file = open(self.path, "rb")  # noqa: SIM115  (closed in close())
+                size = os.fstat(self._file.fileno()).st_size
         except OSError as exc:
-            raise CheckpointError(f"{self.path}: cannot open: {exc.strerror}") from None
+            raise CheckpointError(f"{self.path}: cannot open: {exc.strerror or exc}") from None
         try:
-            size = os.fstat(self._file.fileno()).st_size
             self.entries, self.metadata = self._read_header(size)
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+            if self._file is not None and size:
+                self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         except BaseException:
-            self._file.close()
+            self.close()
             raise
+
+    def _read(self, begin: int, end: int) -> bytes:
+        """Bytes ``[begin, end)`` of the file."""
+        if self._remote is not None:
+            data = self._remote.cat_file(str(self.path), start=begin, end=end)
+        else:
+            assert self._file is not None
+            self._file.seek(begin)
+            data = self._file.read(end - begin)
+        if len(data) != end - begin:
+            raise CheckpointError(
+                f"{self.path}: truncated: bytes {begin}..{end} were asked for, "
+                f"{len(data)} came back (the file changed while it was read?)"
+            )
+        return data
 
     def _read_header(self, size: int) -> tuple[dict[str, TensorEntry], dict[str, str]]:
         if size < 8:
             raise CheckpointError(f"{self.path}: truncated safetensors file ({size} bytes)")
-        (header_len,) = struct.unpack("<Q", self._file.read(8))
+        (header_len,) = struct.unpack("<Q", self._read(0, 8))
         if header_len > min(_MAX_HEADER, size - 8):
             raise CheckpointError(
                 f"{self.path}: header claims {header_len} bytes but the file has {size}; "
                 "the file is truncated or not safetensors"
             )
         try:
-            header = json.loads(self._file.read(header_len))
+            header = json.loads(self._read(8, 8 + header_len))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CheckpointError(f"{self.path}: malformed safetensors header: {exc}") from None
         if not isinstance(header, dict):
@@ -132,10 +158,15 @@ class SafetensorsReader:
         return entries, metadata
 
     def array(self, name: str) -> np.ndarray:
-        """A read-only view of the tensor's bytes in the file (no copy)."""
+        """A read-only view of the tensor's bytes in the file (no copy); for a file in a
+        bucket, the tensor's bytes, read with one ranged request."""
         entry = self.entries[name]
         if entry.nbytes == 0:
             return np.zeros(entry.shape, entry.dtype)
+        if self._remote is not None:
+            return np.frombuffer(self._read(entry.begin, entry.end), entry.dtype).reshape(
+                entry.shape
+            )
         flat = np.frombuffer(self._map, entry.dtype, count=entry.nbytes // entry.dtype.itemsize,
                              offset=entry.begin)  # fmt: skip
         return flat.reshape(entry.shape)
@@ -154,7 +185,8 @@ class SafetensorsReader:
         if self._map is not None:
             with contextlib.suppress(BufferError):  # a view is alive; the GC unmaps it later
                 self._map.close()
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
     def __enter__(self) -> SafetensorsReader:
         return self

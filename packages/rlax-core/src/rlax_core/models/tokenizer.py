@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -17,6 +16,7 @@ import tokenizers
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from rlax_core.models.safetensors_file import CheckpointError
+from rlax_core.storage import AnyPath, storage_path
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -39,15 +39,16 @@ class Tokenizer:
         self.pad_token = pad_token or eos_token
 
     @classmethod
-    def from_dir(cls, path: str | Path) -> Tokenizer:
-        """Loads ``tokenizer.json`` and, if present, ``tokenizer_config.json``.
+    def from_dir(cls, path: str | AnyPath) -> Tokenizer:
+        """Loads ``tokenizer.json`` and, if present, ``tokenizer_config.json``, from a
+        local folder or one in a bucket (see :mod:`rlax_core.storage`).
 
         Raises:
             CheckpointError: a file is missing or unreadable.
         """
-        path = Path(path)
+        path = storage_path(path) if isinstance(path, str) else path
         try:
-            backend = tokenizers.Tokenizer.from_file(str(path / TOKENIZER_FILE))
+            backend = tokenizers.Tokenizer.from_str((path / TOKENIZER_FILE).read_text())
         except Exception as exc:  # tokenizers raises plain Exception subclasses
             raise CheckpointError(f"{path / TOKENIZER_FILE}: cannot load: {exc}") from None
         config: dict[str, Any] = {}

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from rlax_core.errors import ConfigError
+from rlax_core.storage import AnyPath, storage_path, write_text_atomically
 
 if TYPE_CHECKING:
     from rlax_core.config.run_config import RunConfigBase
@@ -33,13 +34,19 @@ RESUMABLE_CHANGES = (
 )
 
 
-def default_run_dir(config: RunConfigBase) -> Path:
-    """``run.run_dir``, or ``runs/<run.name>``."""
-    return Path(config.run.run_dir or Path("runs") / config.run.name)
+def default_run_dir(config: RunConfigBase, given: str | os.PathLike[str] | None = None) -> AnyPath:
+    """``given`` (``--run-dir``), else ``run.run_dir``, else ``runs/<run.name>``: a local
+    path or a bucket URL (see :mod:`rlax_core.storage`)."""
+    return storage_path(given or config.run.run_dir or Path("runs") / config.run.name)
 
 
 def prepare(
-    run_dir: Path, config: RunConfigBase, *, resume: bool, has_checkpoint: bool, write: bool = True
+    run_dir: AnyPath,
+    config: RunConfigBase,
+    *,
+    resume: bool,
+    has_checkpoint: bool,
+    write: bool = True,
 ) -> None:
     """Creates the run directory, or checks that resuming it is safe.
 
@@ -69,9 +76,7 @@ def prepare(
             )
     if not write:
         return
-    tmp = saved_path.with_name(f".{CONFIG_FILE}.tmp")
-    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
-    os.replace(tmp, saved_path)
+    write_text_atomically(saved_path, yaml.safe_dump(resolved, sort_keys=False))
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlax_core.errors import RlaxError
 from rlax_core.run_dir.wandb_run import WandbRun, import_wandb  # imports wandb only if used
+from rlax_core.storage import AnyPath, Mirror, is_remote, storage_path
 
 if TYPE_CHECKING:
     from rlax_core.config.sections.metrics import WandbSection
@@ -49,7 +50,9 @@ class MetricsLog:
     run writes its metrics (the trainer's leader), so only it reaches W&B.
 
     Args:
-        run_dir: the run directory (made if missing).
+        run_dir: the run directory (made if missing), local or in a bucket: then the
+            files are written to a local mirror and uploaded after each step, in the
+            background (:meth:`sync` uploads at once).
         resume_from_step: when a run resumes from a checkpoint at step S, the lines with
             step > S already in ``metrics.jsonl`` (written after the checkpoint, before a
             crash) are dropped and the file rewritten atomically. TensorBoard gets a new
@@ -66,7 +69,7 @@ class MetricsLog:
 
     def __init__(
         self,
-        run_dir: str | Path,
+        run_dir: str | AnyPath,
         *,
         resume_from_step: int | None = None,
         wandb: WandbSection | None = None,
@@ -74,7 +77,9 @@ class MetricsLog:
     ) -> None:
         if wandb is not None:
             import_wandb()  # a missing extra fails here, not after the files are rewritten
-        self.run_dir = Path(run_dir)
+        # In a bucket, the files are written to a local mirror and uploaded whole.
+        self._mirror = Mirror(run_dir, pull=(METRICS_FILE,)) if is_remote(run_dir) else None
+        self.run_dir = self._mirror.local if self._mirror else Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
         self.last_step: int | None = self._prepare_file(resume_from_step)
@@ -86,7 +91,10 @@ class MetricsLog:
         from rlax_core.run_dir.tensorboard import EventFile
 
         self._file = self.path.open("a", encoding="utf-8")
-        self._events = EventFile(self.run_dir / TENSORBOARD_DIR)
+        self._events = EventFile(
+            self.run_dir / TENSORBOARD_DIR,
+            others=run_dir / TENSORBOARD_DIR if self._mirror else None,
+        )
         if resume_from_step is not None:
             self._events.add_session_start(resume_from_step + 1, time.time())
         self._wandb: WandbRun | None = None
@@ -159,8 +167,19 @@ class MetricsLog:
             self._file.flush()
             self._events.add_scalars(step, scalars, now)
             self.last_step = step  # the line is written: W&B failing must not let it repeat
+            if self._mirror is not None:
+                self._mirror.push()
             if self._wandb is not None:
                 self._wandb.log(step, scalars)
+
+    def sync(self) -> None:
+        """Uploads the files now, for a run directory in a bucket (no-op for a local one).
+
+        Raises:
+            OSError: the upload failed.
+        """
+        if self._mirror is not None:
+            self._mirror.flush()
 
     def close(self) -> None:
         """Closes the files and finishes the W&B run; idempotent."""
@@ -170,6 +189,8 @@ class MetricsLog:
             self._closed = True
             self._file.close()
             self._events.close()
+            if self._mirror is not None:
+                self._mirror.close()
             if self._wandb is not None:
                 self._wandb.close()
 
@@ -185,7 +206,7 @@ class MetricsLog:
         self.close()
 
 
-def read_metrics(run_dir: str | Path) -> list[dict]:
+def read_metrics(run_dir: str | AnyPath) -> list[dict]:
     """The records of ``RUN_DIR/metrics.jsonl``, in file order (``null`` for non-finite values).
 
     A truncated last line (a crash mid-write) is ignored.
@@ -194,7 +215,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
         MetricsFileError: the file is missing, or a line other than the last is not a
             JSON object with an integer ``step`` (the message names the line number).
     """
-    path = Path(run_dir) / METRICS_FILE
+    path = (storage_path(run_dir) if isinstance(run_dir, str) else run_dir) / METRICS_FILE
     if not path.is_file():
         raise MetricsFileError(
             f"no {METRICS_FILE} in {run_dir}: give the directory of a run (`rlax train` "
@@ -206,7 +227,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 
 def _parse(path: Path) -> tuple[list[tuple[str, dict]], bool]:
     """(line text, record) for each complete line, and whether a torn last line was dropped."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = path.read_bytes().decode("utf-8", errors="replace")
     pieces = text.split("\n")
     # Every line ends with "\n", so the piece after the last one is empty unless the
     # writer died mid-line; that tail is kept only if it is a whole record.

@@ -19,19 +19,18 @@ from typing import Any
 
 from rlax_core.errors import ConfigError
 from rlax_core.run_dir.process_table import TABLE_FILE, ProcessTable, pid_alive, read_table
+from rlax_core.storage import AnyPath, write_text_atomically
 
 STATUS_DIR = "status"
 _NOT_PROCESSES = {"warm_start"}  # status files of a phase, not of a running process
 
 
-def write_status(run_dir: Path, name: str, fields: dict[str, Any]) -> None:
+def write_status(run_dir: AnyPath, name: str, fields: dict[str, Any]) -> None:
     """Atomically writes ``status/<name>.json`` (read by `rlax status`)."""
     folder = run_dir / STATUS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     data = {"name": name, "pid": os.getpid(), "updated_at": time.time(), **fields}
-    tmp = folder / f".{name}.json.tmp"
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, folder / f"{name}.json")
+    write_text_atomically(folder / f"{name}.json", json.dumps(data))
 
 
 @dataclass
@@ -106,7 +105,7 @@ def collect_status(run_dir: Path) -> tuple[list[ProcessRow], ProcessTable | None
     return rows, table
 
 
-def read_statuses(run_dir: Path) -> dict[str, dict[str, Any]]:
+def read_statuses(run_dir: AnyPath) -> dict[str, dict[str, Any]]:
     """``status/<name>.json`` of every process, by name (unreadable files are skipped)."""
     folder = run_dir / STATUS_DIR
     statuses: dict[str, dict[str, Any]] = {}

@@ -29,6 +29,8 @@ from tensorboardX import RecordWriter
 from tensorboardX.proto.event_pb2 import Event, SessionLog
 from tensorboardX.proto.summary_pb2 import Summary
 
+from rlax_core.storage import AnyPath
+
 FILE_VERSION = "brain.Event:2"
 
 
@@ -40,24 +42,20 @@ class EventFile:
     TensorBoard reads it after them even when a run resumes within the second it crashed.
     """
 
-    def __init__(self, log_dir: str | Path) -> None:
+    def __init__(self, log_dir: str | Path, *, others: AnyPath | None = None) -> None:
+        """``others``: a folder whose event files the new file must also come after (the
+        bucket folder a local ``log_dir`` is uploaded to)."""
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        stamp = max([int(time.time()), *(s + 1 for s in self._existing_stamps())])
+        folders = [self.log_dir] if others is None else [self.log_dir, others]
+        stamps = [s + 1 for folder in folders for s in _stamps(folder)]
+        stamp = max([int(time.time()), *stamps])
         self.path = self.log_dir / (
             f"events.out.tfevents.{stamp:010d}.{socket.gethostname()}.{os.getpid()}"
         )
         self._writer = RecordWriter(str(self.path))
         self._closed = False
         self._append(Event(wall_time=time.time(), step=0, file_version=FILE_VERSION))
-
-    def _existing_stamps(self) -> list[int]:
-        stamps = []
-        for path in self.log_dir.glob("events.out.tfevents.*"):
-            field = path.name.split(".")[3]
-            if field.isdigit():
-                stamps.append(int(field))
-        return stamps
 
     def add_scalars(self, step: int, scalars: Mapping[str, float], wall_time: float) -> None:
         """Writes one event holding every scalar of ``step``; none, no event.
@@ -85,3 +83,13 @@ class EventFile:
         if not self._closed:
             self._closed = True
             self._writer.close()
+
+
+def _stamps(folder: AnyPath) -> list[int]:
+    """The timestamps in the names of the event files in ``folder``."""
+    stamps = []
+    for path in folder.glob("events.out.tfevents.*") if folder.exists() else ():
+        field = path.name.split(".")[3]
+        if field.isdigit():
+            stamps.append(int(field))
+    return stamps

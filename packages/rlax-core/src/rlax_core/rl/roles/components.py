@@ -23,6 +23,7 @@ from rlax_core.data import PromptDataset, PromptMixture
 from rlax_core.errors import ConfigError, RlaxError
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.plugins.registry import BuildContext, Registry
+from rlax_core.storage import AnyPath, storage_path
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
@@ -32,13 +33,12 @@ if TYPE_CHECKING:
 Prompt = tuple[str, list[int], dict[str, Any]]  # (example id, token ids, problem)
 
 
-def resolve(path: str, base_dir: Path) -> Path:
-    """A config path: absolute, or relative to the run config file's directory."""
-    candidate = Path(path).expanduser()
-    return candidate if candidate.is_absolute() else base_dir / candidate
+def resolve(path: str, base_dir: Path) -> AnyPath:
+    """A config path: a bucket URL, absolute, or relative to the run config file's directory."""
+    return storage_path(path, base_dir)
 
 
-def tokenizer_dir(config: RunConfigBase, base_dir: Path) -> Path:
+def tokenizer_dir(config: RunConfigBase, base_dir: Path) -> AnyPath:
     """The directory of ``model.tokenizer`` (or the checkpoint's own tokenizer)."""
     source = config.model.tokenizer or config.model.path
     if source is None:

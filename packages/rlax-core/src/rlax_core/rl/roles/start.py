@@ -35,7 +35,7 @@ STATUS_EVERY_S = 5.0
 def run_all(
     config: RunConfigBase,
     config_dir: Path,
-    run_dir: Path | None,
+    run_dir: str | Path | None,
     *,
     resume: bool,
     stop: threading.Event,
@@ -44,7 +44,7 @@ def run_all(
     """The embedded run: the trainer, ``rollout.workers`` worker threads and, with the
     verifier stage, ``verifier.workers`` verifier threads, in this process."""
     registry = load_registry()
-    run_dir = run_dir or default_run_dir(config)
+    run_dir = default_run_dir(config, run_dir)
     transport = components.build_transport(registry, config, run_dir)
     trainer = TrainerRun(config, config_dir=config_dir, run_dir=run_dir, registry=registry,
                          transport=transport, resume=resume, progress=progress)  # fmt: skip
@@ -95,7 +95,7 @@ def run_all(
 def run_trainer(
     config: RunConfigBase,
     config_dir: Path,
-    run_dir: Path | None,
+    run_dir: str | Path | None,
     *,
     resume: bool,
     stop: threading.Event,
@@ -111,7 +111,7 @@ def run_trainer(
     """
     del resume  # always resumes when there is a checkpoint (see above)
     registry = load_registry()
-    run_dir = run_dir or default_run_dir(config)
+    run_dir = default_run_dir(config, run_dir)
     transport = None
     if jax.process_index() == 0:
         transport = components.build_transport(registry, config, run_dir)
@@ -128,7 +128,7 @@ def run_trainer(
 def run_worker(
     config: RunConfigBase,
     config_dir: Path,
-    run_dir: Path | None,
+    run_dir: str | Path | None,
     *,
     worker_id: str,
     stop: threading.Event,
@@ -140,7 +140,7 @@ def run_worker(
     nothing, so a signal during start-up may end the process at once.
     """
     registry = load_registry()
-    run_dir = run_dir or default_run_dir(config)
+    run_dir = default_run_dir(config, run_dir)
     components.require_networked_transport("worker", config)
     transport = components.build_transport(registry, config, run_dir)
     judge = None

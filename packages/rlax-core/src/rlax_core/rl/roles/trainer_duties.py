@@ -12,7 +12,7 @@ parameters are published by the leader.
 
 from __future__ import annotations
 
-import shutil
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +37,9 @@ from rlax_core.run_dir.status import read_statuses, write_status
 from rlax_core.types.rollout import RolloutGroup
 
 WaitForBatch = Callable[[Callable[[], bool]], list[RolloutGroup] | None]
+
+
+log = logging.getLogger(__name__)
 
 
 class TrainerDuties(ABC):
@@ -247,13 +250,17 @@ class LeaderDuties(TrainerDuties):
 
     def checkpointed(self, step: int) -> None:
         self.controller.acknowledge_trained(self._covered.pop(step, []))
+        try:  # a run directory in a bucket gets the steps up to the checkpoint now
+            self.metrics.sync()
+        except OSError as exc:  # uploaded again after the next step
+            log.warning("uploading the metrics to %s failed: %s", self._run_dir, exc)
 
     def export(self, model: Callable[[], Qwen], final: Path, tokenizer_dir: Path) -> None:
         save_pretrained(model(), final)
         for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE):
             source = tokenizer_dir / name
-            if source.exists():
-                shutil.copyfile(source, final / name)
+            if source.exists():  # either may be in a bucket
+                (final / name).write_bytes(source.read_bytes())
 
     def close(self) -> None:
         self.metrics.close()

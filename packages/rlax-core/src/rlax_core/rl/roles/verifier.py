@@ -158,7 +158,7 @@ def verifier_of(
 def run_verifier(
     config: RunConfigBase,
     config_dir: Path,
-    run_dir: Path | None,
+    run_dir: str | Path | None,
     *,
     verifier_id: str,
     stop: threading.Event,
@@ -170,7 +170,7 @@ def run_verifier(
     ``working`` is set when it starts leasing groups (see :func:`run_worker`).
     """
     registry = load_registry()
-    run_dir = run_dir or default_run_dir(config)
+    run_dir = default_run_dir(config, run_dir)
     components.require_networked_transport("verifier", config)
     if not components.judged_by_stage(config):
         raise RlaxError(
