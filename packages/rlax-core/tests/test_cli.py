@@ -66,6 +66,22 @@ def test_train_refuses_a_bad_config_before_starting(tmp_path, capsys) -> None:
     assert not (tmp_path / "run").exists()  # nothing started
 
 
+def test_set_overrides_the_run_config(tmp_path, capsys) -> None:
+    config = "examples/quickstart.yaml"
+    assert main(["config", "check", config, "--set", "rollout.prompts_per_step=0"]) == 2
+    assert "rollout.prompts_per_step" in capsys.readouterr().err
+    assert main(["config", "check", config, "--set", "trainer.learning_rate=2e-5"]) == 0
+    assert main(["config", "check", config, "--set", "eval.ks=[1, 8"]) == 2
+    assert "--set 'eval.ks=[1, 8': the value is not YAML" in capsys.readouterr().err
+    run_dir = tmp_path / "run"
+    args = ["train", config, "--run-dir", str(run_dir), "--set", "trainer.total_steps=0"]
+    assert main(args) == 2  # train validates the config with its overrides
+    assert "trainer.total_steps: Input should be greater than or equal to 1" in (
+        capsys.readouterr().err
+    )
+    assert not run_dir.exists()
+
+
 def test_usage_errors_exit_2() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "rlax_core.cli", "frobnicate"], capture_output=True, text=True

@@ -9,7 +9,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 from rlax_core.cli.main import main
-from rlax_core.cli.serve_cmd import build_server, parse_overrides
+from rlax_core.cli.serve_cmd import build_server
+from rlax_core.config.overrides import parse_overrides
 from rlax_core.contracts import TransportServer
 from rlax_core.errors import ConfigError
 from rlax_core.hookspecs import hookimpl

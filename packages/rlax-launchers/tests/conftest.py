@@ -106,6 +106,16 @@ def write_run_config(tmp_path: Path) -> Callable[..., Path]:
     ) -> Path:
         data: dict[str, Any] = {
             "run": {"name": name, "run_dir": run_dir},
+            "model": {"path": "gs://bucket/models/Qwen2.5-0.5B-Instruct"},
+            "data": {
+                "train": [
+                    {
+                        "path": "gs://bucket/data/train.jsonl",
+                        "prompt_template": "{question}",
+                        "answer_field": "answer",
+                    }
+                ]
+            },
             "rollout": {"workers": workers, "max_new_tokens": 16},
             "transport": transport or NATS,
             "verifier": {"judge": {"type": "math"}, **(verifier or {})},

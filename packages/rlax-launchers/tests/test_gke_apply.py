@@ -49,7 +49,7 @@ def config_path(
     return write_run_config(
         {
             "type": "gke",
-            "image": "us-docker.pkg.dev/my-project/rlax/rlax:0.1.0",
+            "image": "us-docker.pkg.dev/rl-project/rlax/rlax:0.1.0",
             "trainer": {"accelerator_type": "v5p-16"},
             "workers": {"accelerator_type": "v5p-8"},
             "kubeconfig": str(kubeconfig),

@@ -24,7 +24,7 @@ from rlax_core.errors import ConfigError
 from rlax_core.plugins import Registry
 from rlax_launchers.gke.manifests import render_manifests
 
-IMAGE = "us-docker.pkg.dev/my-project/rlax/rlax:0.1.0"
+IMAGE = "us-docker.pkg.dev/rl-project/rlax/rlax:0.1.0"
 GRPC = {"type": "grpc", "address": "10.0.0.1:50051"}
 
 
@@ -262,6 +262,32 @@ def test_configs_that_cannot_run_on_gke_exit_2_with_the_reason(
     assert main(["launch", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_cloud_launch_refuses_what_would_not_train_there(
+    write_run_config: Callable[..., Path], capsys: pytest.CaptureFixture
+) -> None:
+    """Every problem at once, each naming its field, before anything is rendered."""
+    path = write_run_config(launcher())
+    config = yaml.safe_load(path.read_text())
+    config["model"] = {"preset": "qwen2_5_7b"}  # random weights, no tokenizer
+    config["data"]["train"][0]["path"] = "data/train.jsonl"  # only on this machine
+    path.write_text(yaml.safe_dump(config))
+    assert main(["launch", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "would not train on gke as it stands (3 problems); nothing was created" in err
+    assert "data.train[0].path: 'data/train.jsonl' is a path on this machine" in err
+    assert "model.preset: 'qwen2_5_7b' starts the policy from random weights" in err
+    assert "model.tokenizer: not set" in err and "Traceback" not in err
+    config["model"] = {"preset": "tiny", "random_init": True, "tokenizer": "/opt/tokenizer"}
+    config["data"]["train"][0]["path"] = "gs://my-bucket/data/train.jsonl"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["launch", str(path), "--dry-run"]) == 0  # a dry run shows placeholders
+    capsys.readouterr()
+    assert main(["launch", str(path), "--apply"]) == 2  # creating refuses them
+    err = capsys.readouterr().err
+    placeholder = "data.train[0].path: 'gs://my-bucket/data/train.jsonl' still holds the example's"
+    assert placeholder in err
 
 
 def test_config_errors_are_config_errors(make_run_config: Callable[..., Any]) -> None:

@@ -33,7 +33,7 @@ Validate = Callable[[list[dict[str, Any]]], None]
 def launcher(**verifiers: Any) -> dict[str, Any]:
     return {
         "type": "gke",
-        "image": "us-docker.pkg.dev/my-project/rlax/rlax:0.1.0",
+        "image": "us-docker.pkg.dev/rl-project/rlax/rlax:0.1.0",
         "namespace": "rl",
         "trainer": {"accelerator_type": "v5p-8"},
         "workers": {"accelerator_type": "v5p-8"},

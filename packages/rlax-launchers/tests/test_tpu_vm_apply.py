@@ -18,10 +18,10 @@ from rlax_core.plugins import Registry
 from rlax_launchers.testing.fake_gcloud import recorded_commands
 from rlax_launchers.tpu_vm.plan import build_plan
 
-WHERE = ["--project=my-project", "--zone=us-east5-a"]
+WHERE = ["--project=rl-project", "--zone=us-east5-a"]
 SECTION = {
     "type": "tpu-vm",
-    "project": "my-project",
+    "project": "rl-project",
     "zone": "us-east5-a",
     "trainer": {"accelerator_type": "v5p-16"},
     "workers": {"accelerator_type": "v5p-8"},
@@ -73,7 +73,7 @@ def test_a_failing_command_stops_the_launch_and_says_why(
     path = write_run_config(SECTION)
     assert main(["launch", str(path), "--apply", "--run-dir", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
-    assert "`gcloud compute tpus tpu-vm create demo-worker-0 --project=my-project" in err
+    assert "`gcloud compute tpus tpu-vm create demo-worker-0 --project=rl-project" in err
     assert (
         "failed with exit status 1:\nERROR: (gcloud.compute.tpus.tpu-vm.create) Quota exceeded"
         in err
@@ -85,7 +85,7 @@ def test_a_failing_command_stops_the_launch_and_says_why(
 def test_apply_again_recreates_only_the_preempted_slices(
     gcloud: Path, write_run_config: Callable[..., Path], tmp_path: Path
 ) -> None:
-    node = "projects/my-project/locations/us-east5-a/nodes/{}"
+    node = "projects/rl-project/locations/us-east5-a/nodes/{}"
     (tmp_path / "answers" / "tpu-vm-list.json").write_text(
         json.dumps(
             [
@@ -98,7 +98,7 @@ def test_apply_again_recreates_only_the_preempted_slices(
     path = write_run_config(SECTION)
     assert main(["launch", str(path), "--apply", "--run-dir", str(tmp_path / "run")]) == 0
     assert [c[3:6] for c in recorded_commands(gcloud)] == [
-        ["tpu-vm", "list", "--project=my-project"],
+        ["tpu-vm", "list", "--project=rl-project"],
         ["tpu-vm", "delete", "demo-worker-0"],
         ["tpu-vm", "create", "demo-worker-0"],
     ]
@@ -111,7 +111,7 @@ def test_status_reads_the_nodes_and_the_queued_resources(
     capsys: pytest.CaptureFixture,
 ) -> None:
     answers = tmp_path / "answers"
-    node = "projects/my-project/locations/us-east5-a/nodes/{}"
+    node = "projects/rl-project/locations/us-east5-a/nodes/{}"
     (answers / "tpu-vm-list.json").write_text(
         json.dumps(
             [
@@ -120,7 +120,7 @@ def test_status_reads_the_nodes_and_the_queued_resources(
             ]
         )
     )
-    queued = "projects/my-project/locations/us-east5-a/queuedResources/{}"
+    queued = "projects/rl-project/locations/us-east5-a/queuedResources/{}"
     (answers / "queued-resources-list.json").write_text(
         json.dumps(
             [

@@ -19,7 +19,7 @@ from rlax_core.errors import ConfigError
 from rlax_core.plugins import BuildContext, Registry
 from rlax_launchers.tpu_vm.plan import build_plan
 
-PROJECT = ["--project=my-project", "--zone=us-east5-a"]
+PROJECT = ["--project=rl-project", "--zone=us-east5-a"]
 CREATE = ["gcloud", "compute", "tpus", "tpu-vm", "create"]
 QUEUE = ["gcloud", "compute", "tpus", "queued-resources", "create"]
 JAX = importlib.metadata.version("jax")
@@ -29,7 +29,7 @@ GRPC = {"type": "grpc", "address": "10.0.0.1:50051"}
 def launcher(**fields: Any) -> dict[str, Any]:
     section = {
         "type": "tpu-vm",
-        "project": "my-project",
+        "project": "rl-project",
         "zone": "us-east5-a",
         "trainer": {"accelerator_type": "v5p-16"},
         "workers": {"accelerator_type": "v5p-8"},
@@ -101,7 +101,7 @@ def test_v5p_16_trainer_and_two_spot_workers_over_nats(
         "ExecStart=/opt/rlax/venv/bin/rlax train /etc/rlax/run.yaml --run-dir "
         "gs://bucket/runs/demo --role worker --worker-id ${WORKER_ID}\n" in worker
     )
-    assert "gcloud compute tpus tpu-vm describe demo-trainer --project=my-project" in worker
+    assert "gcloud compute tpus tpu-vm describe demo-trainer --project=rl-project" in worker
     assert "rlax serve" not in worker
 
 
@@ -113,7 +113,7 @@ def test_queued_resources_with_a_large_trainer_over_grpc(
         workers={"accelerator_type": "v5p-8", "spot": False},
         queued_resources=True,
         network="rl-net",
-        service_account="rlax@my-project.iam.gserviceaccount.com",
+        service_account="rlax@rl-project.iam.gserviceaccount.com",
         coordinator_port=9000,
     )
     _, plan = plan_for(
@@ -130,7 +130,7 @@ def test_queued_resources_with_a_large_trainer_over_grpc(
         "--labels=rlax-run=demo,rlax-role=trainer",
         f"--metadata-from-file=startup-script={script}",
         "--network=rl-net",
-        "--service-account=rlax@my-project.iam.gserviceaccount.com",
+        "--service-account=rlax@rl-project.iam.gserviceaccount.com",
         "--scopes=cloud-platform",
     ]
     assert [c[5] for c in plan.commands[1:]] == [f"demo-worker-{i}-qr" for i in range(3)]

@@ -22,7 +22,7 @@ from rlax_core.plugins import Registry
 from rlax_launchers.testing.fake_gcloud import recorded_commands
 from rlax_launchers.tpu_vm.plan import build_plan
 
-PROJECT = "--project=my-project"
+PROJECT = "--project=rl-project"
 WHERE = [PROJECT, "--zone=us-east5-a"]
 STAGE = {"placement": "stage", "workers": 2}
 INSTANCES = ["gcloud", "compute", "instances"]
@@ -38,7 +38,7 @@ LIST = [
 def launcher(**fields: Any) -> dict[str, Any]:
     return {
         "type": "tpu-vm",
-        "project": "my-project",
+        "project": "rl-project",
         "zone": "us-east5-a",
         "trainer": {"accelerator_type": "v5p-8"},
         "workers": {"accelerator_type": "v5p-8"},
@@ -59,7 +59,7 @@ def create(index: int, script: Path, zone: str = "us-east5-a", *extra: str) -> l
 
 
 def instance(name: str, status: str, zone: str = "us-east5-a") -> dict[str, str]:
-    zones = "https://www.googleapis.com/compute/v1/projects/my-project/zones"
+    zones = "https://www.googleapis.com/compute/v1/projects/rl-project/zones"
     return {"name": name, "status": status, "zone": f"{zones}/{zone}"}
 
 
@@ -70,7 +70,7 @@ def test_a_staged_run_creates_cpu_verifier_machines_after_the_slices(
         verifiers={"count": 3, "zone": "us-east5-b"},
         network="rl-net",
         subnetwork="rl-east5",
-        service_account="rlax@my-project.iam.gserviceaccount.com",
+        service_account="rlax@rl-project.iam.gserviceaccount.com",
     )
     run_config = make_run_config(section, verifier=STAGE)
     plan = build_plan(run_config.launcher, run_config, tmp_path / "run", registry)
@@ -78,7 +78,7 @@ def test_a_staged_run_creates_cpu_verifier_machines_after_the_slices(
     flags = [
         "--network=rl-net",
         "--subnet=rl-east5",
-        "--service-account=rlax@my-project.iam.gserviceaccount.com",
+        "--service-account=rlax@rl-project.iam.gserviceaccount.com",
     ]
     # The slices first: the verifiers wait for the trainer slice's transport server.
     assert plan.commands == [*plan.slice_commands, *plan.verifier_commands]
@@ -92,7 +92,7 @@ def test_a_staged_run_creates_cpu_verifier_machines_after_the_slices(
     )
     assert "VERIFIER_ID=$(metadata rlax-verifier-id)\n" in text
     # The transport server is on the trainer slice, in the launcher's zone.
-    assert "gcloud compute tpus tpu-vm describe demo-trainer --project=my-project " in text
+    assert "gcloud compute tpus tpu-vm describe demo-trainer --project=rl-project " in text
     assert "--zone=us-east5-a" in text and "--zone=us-east5-b" not in text
     assert "'jax[cpu]==" in text and "jax[tpu]" not in text
     assert "bubblewrap g++" in text  # the judges' sandboxes run here
@@ -172,7 +172,7 @@ def test_apply_creates_the_verifier_machines_after_the_slices(
 def test_apply_again_recreates_preempted_verifiers_and_deletes_those_beyond_the_count(
     gcloud: Path, write_run_config: Callable[..., Path], tmp_path: Path
 ) -> None:
-    node = "projects/my-project/locations/us-east5-a/nodes/{}"
+    node = "projects/rl-project/locations/us-east5-a/nodes/{}"
     answers = tmp_path / "answers"
     (answers / "tpu-vm-list.json").write_text(
         json.dumps(

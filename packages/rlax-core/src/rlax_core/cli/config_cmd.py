@@ -6,6 +6,7 @@ import argparse
 import json
 
 from rlax_core.config.loading import load_run_config
+from rlax_core.config.overrides import add_set_argument, parse_overrides
 from rlax_core.config.run_config import run_config_model
 from rlax_core.plugins.manager import load_registry
 
@@ -22,6 +23,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     schema.set_defaults(handler=run_schema)
     check = actions.add_parser("check", help="validate a run config file")
     check.add_argument("file", help="YAML run config")
+    add_set_argument(check)
     check.set_defaults(handler=run_check)
 
 
@@ -34,7 +36,7 @@ def run_schema(args: argparse.Namespace) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     """Validates a file; errors raise ConfigError (exit 2)."""
-    config = load_run_config(args.file)
+    config = load_run_config(args.file, overrides=parse_overrides(args.overrides))
     plugins = [f"transport={config.transport.type}"]
     if config.verifier is not None:
         plugins.append(f"judge={config.verifier.judge.type}")

@@ -16,6 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from rlax_core.config.launch_checks import cloud_launch_problems
 from rlax_core.config.loading import load_run_config
 from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.launcher import Launcher, RenderedArtifact
@@ -81,6 +82,15 @@ def run(args: argparse.Namespace) -> int:
         launcher.stop(run_dir)
         print(f"stopped run {run_config.run.name}", file=sys.stderr)
         return 0
+    if launcher.creates_cloud_resources:
+        problems = cloud_launch_problems(run_config, creating=args.apply and not args.dry_run)
+        if problems:
+            listed = "\n".join(f"  - {p}" for p in problems)
+            raise ConfigError(
+                f"{args.config} would not train on {run_config.launcher.type} as it stands "
+                f"({len(problems)} problem{'s' if len(problems) > 1 else ''}); nothing was "
+                f"created:\n{listed}"
+            )
     if args.dry_run or (launcher.creates_cloud_resources and not args.apply):
         sys.stdout.write(format_artifacts(launcher.render(run_config, run_dir)))
         if not args.dry_run:

@@ -14,14 +14,14 @@ import argparse
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from rlax_core.config.loading import load_run_config
+from rlax_core.config.overrides import add_set_argument, merge_overrides, parse_overrides
 from rlax_core.contracts.transport import TransportServer
 from rlax_core.errors import ConfigError, RlaxError
 from rlax_core.plugins.manager import load_registry
@@ -59,14 +59,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     sub.add_argument("--transport", help="transport type, e.g. grpc or nats")
     sub.add_argument("--config", type=Path, help="a run config whose transport section to use")
-    sub.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override one transport setting (VALUE is read as YAML); repeatable",
-    )
+    add_set_argument(sub, "one transport setting")
     sub.set_defaults(handler=run)
 
 
@@ -111,29 +104,6 @@ def _policy_server(args: argparse.Namespace) -> PolicyServer:
                         model_name=args.served_model_name, shape=shape)  # fmt: skip
 
 
-def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["port=5000", "server.state_dir=/x"]`` → ``{"port": 5000, "server": {"state_dir": "/x"}}``.
-
-    Dots in a key reach into nested settings.
-
-    Raises:
-        ConfigError: a pair has no ``=``.
-    """
-    result: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set expects KEY=VALUE, got {pair!r}")
-        *parents, leaf = key.strip().split(".")
-        node = result
-        for parent in parents:
-            node = node.setdefault(parent, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"--set {pair!r}: {parent!r} is set to a value already")
-        node[leaf] = yaml.safe_load(value) if value else ""
-    return result
-
-
 def build_server(
     registry: Registry,
     *,
@@ -176,18 +146,10 @@ def build_server(
             f"{', '.join(servers) or 'none'} (see `rlax plugins`)"
         )
     registration = registry.get("transport_server", transport)
-    _merge(settings, dict(overrides or {}))
+    merge_overrides(settings, dict(overrides or {}))
     settings["type"] = transport
     config = _validate(registration.config_cls, settings, transport)
     return registry.build("transport_server", config, BuildContext(registry))
-
-
-def _merge(settings: dict[str, Any], overrides: dict[str, Any]) -> None:
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(settings.get(key), dict):
-            _merge(settings[key], value)
-        else:
-            settings[key] = value
 
 
 def _validate(config_cls: type[BaseModel], settings: dict[str, Any], name: str) -> BaseModel:

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from rlax_core.config.loading import load_run_config
+from rlax_core.config.overrides import add_set_argument, parse_overrides
 from rlax_core.errors import ConfigError, RlaxError
+from rlax_core.run_dir.layout import default_run_dir, resumable
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -30,6 +32,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="run directory: local, gs://… or s3://… (default: run.run_dir, else runs/<run.name>)",
     )
     sub.add_argument("--resume", action="store_true", help="continue the run in the run directory")
+    add_set_argument(sub)
     sub.add_argument("--role", choices=["all", "trainer", "worker", "verifier"], default="all",
                      help="this process's part of a multi-process run")  # fmt: skip
     sub.add_argument("--worker-id", default="worker-0", help="name of this worker (--role worker)")
@@ -47,7 +50,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Loads the config, installs signal handlers and runs the role; 130 when stopped."""
-    config = load_run_config(args.config)
+    config = load_run_config(args.config, overrides=parse_overrides(args.overrides))
+    if args.resume and args.role == "all":
+        finished_at = resumable(default_run_dir(config, args.run_dir), config)
+        if finished_at is not None:
+            print(
+                f"rlax train: the run in {default_run_dir(config, args.run_dir)} finished at "
+                f"step {finished_at}; nothing to resume (to train on, raise the step budget: "
+                f"--set trainer.total_steps={2 * config.trainer.total_steps})",
+                file=sys.stderr,
+            )
+            return 0
     distributed = (args.coordinator, args.num_processes, args.process_id)
     if any(v is not None for v in distributed):
         if None in distributed:

@@ -2,24 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from rlax_core.config.messages import describe_validation_error
+from rlax_core.config.overrides import merge_overrides
 from rlax_core.config.run_config import RunConfigBase, run_config_model
 from rlax_core.config.yaml_source import YamlDocument, read_yaml_mapping
 from rlax_core.errors import ConfigError
 from rlax_core.plugins.registry import Registry
 
 
-def load_run_config(path: str | Path, registry: Registry | None = None) -> RunConfigBase:
+def load_run_config(
+    path: str | Path,
+    registry: Registry | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+) -> RunConfigBase:
     """Reads and validates a YAML run config against the installed plugins.
 
     Args:
         path: the YAML file.
         registry: the plugins to validate against (default: everything installed).
+        overrides: settings that replace the file's (``--set``; see
+            :mod:`rlax_core.config.overrides`).
 
     Returns:
         The validated RunConfig instance.
@@ -29,6 +38,8 @@ def load_run_config(path: str | Path, registry: Registry | None = None) -> RunCo
             value and what is allowed. Nothing has been started.
     """
     doc = read_yaml_mapping(path)
+    if overrides:
+        merge_overrides(doc.data, overrides)
     return validate_run_config(doc.data, registry, doc=doc)
 
 

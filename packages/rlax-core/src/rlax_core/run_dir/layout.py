@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 
 CONFIG_FILE = "config.yaml"
+FINAL_DIR = "final"  # the policy a finished run exports
 # Settings a resumed run may change: schedules of evaluation and checkpoints, the step
 # budget (to extend a run), where metrics are logged. Anything else would silently
 # change what is trained.
@@ -77,6 +78,37 @@ def prepare(
     if not write:
         return
     write_text_atomically(saved_path, yaml.safe_dump(resolved, sort_keys=False))
+
+
+def resumable(run_dir: AnyPath, config: RunConfigBase) -> int | None:
+    """Checks that ``--resume`` has a run to continue in ``run_dir``.
+
+    Returns:
+        None when the run goes on; the last step when it already finished
+        (``trainer.total_steps`` reached and ``final/`` written): nothing is left to do.
+
+    Raises:
+        ConfigError: ``run_dir`` holds no run (no ``config.yaml``), or a finished one
+            that ``config`` differs from in what it trains (see :func:`prepare`).
+    """
+    from rlax_core.run_dir.metrics import MetricsFileError, read_metrics
+
+    if not (run_dir / CONFIG_FILE).exists():
+        raise ConfigError(
+            f"--resume: {run_dir} holds no run to resume (no {CONFIG_FILE}); drop --resume "
+            "to start a new run there, or give the --run-dir of the run to continue"
+        )
+    if not (run_dir / FINAL_DIR).exists():
+        return None
+    try:
+        steps = [row["step"] for row in read_metrics(run_dir)]
+    except MetricsFileError:
+        return None
+    last = max(steps, default=0)
+    if last < config.trainer.total_steps:
+        return None
+    prepare(run_dir, config, resume=True, has_checkpoint=True, write=False)
+    return last
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:

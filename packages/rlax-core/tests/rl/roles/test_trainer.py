@@ -223,6 +223,13 @@ def test_resuming_needs_the_flag_and_the_same_config(tmp_path: Path) -> None:
     again = _train(config, run_dir)
     _, err = again.communicate(timeout=600)
     assert again.returncode == 2 and "pass --resume" in err
+    finished = _train(config, run_dir, "--resume")
+    _, err = finished.communicate(timeout=600)
+    assert finished.returncode == 0 and "finished at step 2; nothing to resume" in err, err[-3000:]
+    nothing = _train(config, tmp_path / "never-started", "--resume")
+    _, err = nothing.communicate(timeout=600)
+    assert nothing.returncode == 2 and "holds no run to resume" in err
+    assert "Traceback" not in err
     changed = _config(tmp_path, k=0, steps=2, rollout__max_new_tokens=6)
     resumed = _train(changed, run_dir, "--resume")
     _, err = resumed.communicate(timeout=600)

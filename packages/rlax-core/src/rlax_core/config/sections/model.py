@@ -10,7 +10,7 @@ from rlax_core.config.sections.base import Section
 
 
 class ModelSection(Section):
-    """The policy model: a named size or a local Hugging Face checkpoint directory."""
+    """The policy model: a named size or a Hugging Face checkpoint directory."""
 
     preset: str | None = Field(
         default=None,
@@ -18,7 +18,13 @@ class ModelSection(Section):
     )
     path: str | None = Field(
         default=None,
-        description="Local directory with config.json, *.safetensors and tokenizer.json.",
+        description="Directory with config.json, *.safetensors and tokenizer.json: local, "
+        "gs://… or s3://….",
+    )
+    random_init: bool = Field(
+        default=False,
+        description="A cloud launch of a preset (random weights) on purpose: without it, "
+        "`rlax launch` refuses a preset, which is nearly always a forgotten model.path.",
     )
     dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Parameter dtype.")
     activation_dtype: Literal["float32", "bfloat16"] | None = Field(
@@ -35,8 +41,8 @@ class ModelSection(Section):
     )
     tokenizer: str | None = Field(
         default=None,
-        description="Directory with tokenizer.json (default: model.path). Relative paths are "
-        "relative to the run config file.",
+        description="Directory with tokenizer.json (default: model.path): local, gs://… or "
+        "s3://…. Relative paths are relative to the run config file.",
     )
 
     @field_validator("preset")

@@ -38,7 +38,7 @@ from rlax_core.rl.roles.trainer_duties import FollowerDuties, LeaderDuties, Trai
 from rlax_core.rl.roles.trainer_processes import TrainerProcesses
 from rlax_core.rl.roles.warm_start import demonstration, target, warm_start
 from rlax_core.run_dir.checkpoints import CheckpointStore
-from rlax_core.run_dir.layout import prepare
+from rlax_core.run_dir.layout import FINAL_DIR, prepare
 from rlax_core.transport.host_memory import return_freed_memory
 
 # The warm start draws its examples from a stream of its own, so the RL cursor (and an
@@ -258,7 +258,7 @@ class TrainerRun:
     def _export(self) -> None:
         """Writes the trained policy as a Hugging Face checkpoint: RUN_DIR/final/."""
         host = self.processes.host_params(self.learner.flat_params())  # collective
-        self.duties.export(self._policy(host), self.run_dir / "final", self.tokenizer_dir)
+        self.duties.export(self._policy(host), self.run_dir / FINAL_DIR, self.tokenizer_dir)
 
     def _evaluate(self, host: dict) -> dict[str, float]:
         """Evaluates the policy whose parameters are ``host`` (on the leader only)."""
