@@ -19,6 +19,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_PLUGIN = REPO / "tests" / "example_plugin"
 EXAMPLE_ENVIRONMENT = REPO / "tests" / "example_environment"
+# The model section of the configs the plugin tests check: `rlax config check` loads the tokenizer.
+MODEL = f"model:\n  preset: tiny\n  tokenizer: {REPO / 'examples' / 'quickstart' / 'tokenizer'}\n"
 
 pytestmark = pytest.mark.slow
 
@@ -133,7 +135,7 @@ def test_a_third_party_plugin_is_discovered_and_usable(
 
     config = tmp_path / "run.yaml"
     config.write_text(
-        "verifier:\n  judge:\n    type: keyword\n    keyword: Paris\n    reward: 2.0\n"
+        "verifier:\n  judge:\n    type: keyword\n    keyword: Paris\n    reward: 2.0\n" + MODEL
     )
     check = _run(venv / "bin" / "rlax", "config", "check", config)
     assert "judge=keyword" in check.stdout
@@ -171,13 +173,14 @@ def test_a_third_party_environment_plugin_trains_from_a_run_config(
     assert ours == {("environment", "guess_number"), ("tool", "reverse")}
 
     config = tmp_path / "run.yaml"
-    config.write_text("environment:\n  type: guess_number\n  reward: 3.0\n")
+    config.write_text("environment:\n  type: guess_number\n  reward: 3.0\n" + MODEL)
     assert (
         "environment=guess_number" in _run(venv / "bin" / "rlax", "config", "check", config).stdout
     )
     tools = tmp_path / "tools.yaml"
     tools.write_text(
         "environment:\n  type: tools\n  tools:\n    - type: reverse\n    - type: calculator\n"
+        + MODEL
     )
     _run(venv / "bin" / "rlax", "config", "check", tools)
 

@@ -82,6 +82,23 @@ def test_set_overrides_the_run_config(tmp_path, capsys) -> None:
     assert not run_dir.exists()
 
 
+def test_a_launch_with_overrides_hands_its_processes_a_file_holding_them(tmp_path) -> None:
+    from pathlib import Path
+
+    from rlax_core.config import load_run_config
+    from rlax_core.config.overrides import write_overridden
+
+    source = tmp_path / "run.yaml"  # its relative paths: quickstart/...
+    source.write_text(Path("examples/quickstart.yaml").read_text())
+    (tmp_path / "quickstart").symlink_to(Path("examples/quickstart").resolve())
+    written = write_overridden(source, {"trainer": {"learning_rate": 2e-5}})
+    assert written.parent == source.parent and written.name.startswith(".run.set-")
+    config = load_run_config(written)
+    assert config.trainer.learning_rate == 2e-5
+    assert config.model.overrides == load_run_config(source).model.overrides
+    assert main(["config", "check", str(written)]) == 0
+
+
 def test_usage_errors_exit_2() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "rlax_core.cli", "frobnicate"], capture_output=True, text=True

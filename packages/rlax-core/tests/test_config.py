@@ -85,7 +85,8 @@ def test_wandb_logging_is_off_unless_the_metrics_section_asks(tmp_path: Path) ->
 
 
 def test_check_prints_the_chosen_plugins(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    path = _write(tmp_path, VALID)
+    tokenizer = Path(__file__).resolve().parents[3] / "examples" / "quickstart" / "tokenizer"
+    path = _write(tmp_path, VALID + f"model:\n  preset: tiny\n  tokenizer: {tokenizer}\n")
     assert main(["config", "check", str(path)]) == 0
     assert (
         "valid run config (transport=inproc, judge=math, environment=single_turn)"

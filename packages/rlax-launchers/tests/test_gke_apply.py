@@ -75,7 +75,7 @@ def rendered(config_path: Path, registry: Registry) -> list[dict[str, Any]]:
 def test_apply_creates_every_object_in_order(
     api: FakeKubernetesApi, config_path: Path, registry: Registry
 ) -> None:
-    assert main(["launch", str(config_path), "--apply"]) == 0
+    assert main(["launch", str(config_path), "--apply", "--skip-checks"]) == 0
     manifests = rendered(config_path, registry)
     assert [(r.method, r.path) for r in api.requests] == [
         ("POST", PATHS[m["kind"]]) for m in manifests
@@ -86,10 +86,10 @@ def test_apply_creates_every_object_in_order(
 def test_applying_again_replaces_each_object_at_its_current_version(
     api: FakeKubernetesApi, config_path: Path, registry: Registry
 ) -> None:
-    assert main(["launch", str(config_path), "--apply"]) == 0
+    assert main(["launch", str(config_path), "--apply", "--skip-checks"]) == 0
     versions = {p: o["metadata"]["resourceVersion"] for p, o in api.objects.items()}
     api.requests.clear()
-    assert main(["launch", str(config_path), "--apply"]) == 0
+    assert main(["launch", str(config_path), "--apply", "--skip-checks"]) == 0
     manifests = rendered(config_path, registry)
     expected = []
     for m in manifests:
@@ -147,7 +147,7 @@ def test_status_lists_the_run_pods(
 def test_stop_deletes_what_the_launch_created_but_the_shared_priority_classes(
     api: FakeKubernetesApi, config_path: Path
 ) -> None:
-    assert main(["launch", str(config_path), "--apply"]) == 0
+    assert main(["launch", str(config_path), "--apply", "--skip-checks"]) == 0
     api.requests.clear()
     assert main(["launch", str(config_path), "--stop"]) == 0
     deleted = [r.path for r in api.requests if r.method == "DELETE"]
@@ -164,7 +164,7 @@ def test_a_refusing_cluster_is_a_clear_error(
     api: FakeKubernetesApi, config_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     api.refuse = 403
-    assert main(["launch", str(config_path), "--apply"]) == 1
+    assert main(["launch", str(config_path), "--apply", "--skip-checks"]) == 1
     err = capsys.readouterr().err
     assert "create PriorityClass rlax-trainer at http://127.0.0.1:" in err
     assert "failed: 403" in err and "check its RBAC role" in err
@@ -190,7 +190,7 @@ def test_an_unreachable_cluster_is_a_clear_error(
             "kubeconfig": str(kubeconfig),
         }
     )
-    assert main(["launch", str(path), "--apply"]) == 1
+    assert main(["launch", str(path), "--apply", "--skip-checks"]) == 1
     err = capsys.readouterr().err
     assert f"cannot reach the Kubernetes API at http://127.0.0.1:{port}" in err
 
@@ -214,7 +214,7 @@ def test_a_missing_kubeconfig_is_a_config_error(
 def test_apply_creates_the_verifier_deployment_and_its_scaled_object(
     api: FakeKubernetesApi, staged_config_path: Path, registry: Registry
 ) -> None:
-    assert main(["launch", str(staged_config_path), "--apply"]) == 0
+    assert main(["launch", str(staged_config_path), "--apply", "--skip-checks"]) == 0
     manifests = rendered(staged_config_path, registry)
     assert [m["kind"] for m in manifests][-2:] == ["Deployment", "ScaledObject"]
     assert [(r.method, r.path) for r in api.requests] == [
@@ -226,13 +226,13 @@ def test_apply_creates_the_verifier_deployment_and_its_scaled_object(
 def test_applying_again_keeps_the_verifier_count_that_keda_set(
     api: FakeKubernetesApi, staged_config_path: Path
 ) -> None:
-    assert main(["launch", str(staged_config_path), "--apply"]) == 0
+    assert main(["launch", str(staged_config_path), "--apply", "--skip-checks"]) == 0
     path = f"{PATHS['Deployment']}/demo-verifier"
     scaled = dict(api.objects[path])
     scaled["spec"] = dict(scaled["spec"], replicas=7)  # as KEDA's HPA would have it
     api.put_object(path, scaled)
     api.requests.clear()
-    assert main(["launch", str(staged_config_path), "--apply"]) == 0
+    assert main(["launch", str(staged_config_path), "--apply", "--skip-checks"]) == 0
     (put,) = [r for r in api.requests if r.method == "PUT" and r.path == path]
     assert put.body["spec"]["replicas"] == 7
 
@@ -240,7 +240,7 @@ def test_applying_again_keeps_the_verifier_count_that_keda_set(
 def test_status_and_stop_cover_the_verifiers(
     api: FakeKubernetesApi, staged_config_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    assert main(["launch", str(staged_config_path), "--apply"]) == 0
+    assert main(["launch", str(staged_config_path), "--apply", "--skip-checks"]) == 0
     labels = {"app.kubernetes.io/instance": "demo", "app.kubernetes.io/component": "verifier"}
     api.put_object(
         f"{NS}/pods/demo-verifier-5d8f-x2k4l",
@@ -270,7 +270,7 @@ def test_a_cluster_without_keda_is_a_clear_error(
     api: FakeKubernetesApi, staged_config_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     api.missing_apis.append("/apis/keda.sh/")
-    assert main(["launch", str(staged_config_path), "--apply"]) == 1
+    assert main(["launch", str(staged_config_path), "--apply", "--skip-checks"]) == 1
     err = capsys.readouterr().err
     assert "create ScaledObject demo-verifier" in err
     assert "is KEDA installed? (kubectl get crd scaledobjects.keda.sh)" in err

@@ -284,7 +284,7 @@ def test_a_cloud_launch_refuses_what_would_not_train_there(
     path.write_text(yaml.safe_dump(config))
     assert main(["launch", str(path), "--dry-run"]) == 0  # a dry run shows placeholders
     capsys.readouterr()
-    assert main(["launch", str(path), "--apply"]) == 2  # creating refuses them
+    assert main(["launch", str(path), "--apply", "--skip-checks"]) == 2  # creating refuses them
     err = capsys.readouterr().err
     placeholder = "data.train[0].path: 'gs://my-bucket/data/train.jsonl' still holds the example's"
     assert placeholder in err

@@ -33,7 +33,7 @@ def test_apply_runs_the_rendered_commands_in_order_and_writes_the_scripts(
 ) -> None:
     path = write_run_config(SECTION)
     run_dir = tmp_path / "run"
-    assert main(["launch", str(path), "--apply", "--run-dir", str(run_dir)]) == 0
+    assert main(["launch", str(path), "--apply", "--skip-checks", "--run-dir", str(run_dir)]) == 0
     run_config = load_run_config(path, registry)
     plan = build_plan(run_config.launcher, run_config, run_dir, registry)
     listing, *creates = recorded_commands(gcloud)
@@ -53,7 +53,10 @@ def test_a_missing_gcloud_is_a_clear_error(
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
     path = write_run_config(SECTION)
-    assert main(["launch", str(path), "--apply", "--run-dir", str(tmp_path / "run")]) == 1
+    assert (
+        main(["launch", str(path), "--apply", "--skip-checks", "--run-dir", str(tmp_path / "run")])
+        == 1
+    )
     err = capsys.readouterr().err
     assert "'gcloud' is not on PATH" in err and "--dry-run" in err
     assert "Traceback" not in err
@@ -71,7 +74,10 @@ def test_a_failing_command_stops_the_launch_and_says_why(
         "FAKE_GCLOUD_FAIL_MESSAGE", "ERROR: (gcloud.compute.tpus.tpu-vm.create) Quota exceeded"
     )
     path = write_run_config(SECTION)
-    assert main(["launch", str(path), "--apply", "--run-dir", str(tmp_path / "run")]) == 1
+    assert (
+        main(["launch", str(path), "--apply", "--skip-checks", "--run-dir", str(tmp_path / "run")])
+        == 1
+    )
     err = capsys.readouterr().err
     assert "`gcloud compute tpus tpu-vm create demo-worker-0 --project=rl-project" in err
     assert (
@@ -96,7 +102,10 @@ def test_apply_again_recreates_only_the_preempted_slices(
         )
     )
     path = write_run_config(SECTION)
-    assert main(["launch", str(path), "--apply", "--run-dir", str(tmp_path / "run")]) == 0
+    assert (
+        main(["launch", str(path), "--apply", "--skip-checks", "--run-dir", str(tmp_path / "run")])
+        == 0
+    )
     assert [c[3:6] for c in recorded_commands(gcloud)] == [
         ["tpu-vm", "list", "--project=rl-project"],
         ["tpu-vm", "delete", "demo-worker-0"],

@@ -159,7 +159,7 @@ def test_apply_creates_the_verifier_machines_after_the_slices(
 ) -> None:
     path = write_run_config(launcher(), verifier=STAGE)
     run_dir = tmp_path / "run"
-    assert main(["launch", str(path), "--apply", "--run-dir", str(run_dir)]) == 0
+    assert main(["launch", str(path), "--apply", "--skip-checks", "--run-dir", str(run_dir)]) == 0
     script = run_dir / "launch" / "verifier-startup.sh"
     commands = recorded_commands(gcloud)
     assert [c[3:5] for c in commands[:4]] == [
@@ -191,7 +191,7 @@ def test_apply_again_recreates_preempted_verifiers_and_deletes_those_beyond_the_
     )
     path = write_run_config(launcher(), verifier=STAGE)
     run_dir = tmp_path / "run"
-    assert main(["launch", str(path), "--apply", "--run-dir", str(run_dir)]) == 0
+    assert main(["launch", str(path), "--apply", "--skip-checks", "--run-dir", str(run_dir)]) == 0
     assert recorded_commands(gcloud)[1:] == [
         LIST,
         [*INSTANCES, "delete", "demo-verifier-1", PROJECT, "--zone=us-east5-b", "--quiet"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from rlax_core.config.loading import load_run_config
 from rlax_core.config.overrides import add_set_argument, parse_overrides
@@ -21,7 +22,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "schema", help="print the JSON schema of run configs (with installed plugins)"
     )
     schema.set_defaults(handler=run_schema)
-    check = actions.add_parser("check", help="validate a run config file")
+    check = actions.add_parser(
+        "check",
+        help="validate a run config and check what it names: datasets, checkpoint, tokenizer, mesh",
+    )
     check.add_argument("file", help="YAML run config")
     add_set_argument(check)
     check.set_defaults(handler=run_check)
@@ -37,6 +41,12 @@ def run_schema(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     """Validates a file; errors raise ConfigError (exit 2)."""
     config = load_run_config(args.file, overrides=parse_overrides(args.overrides))
+    from rlax_core.rl.roles.preflight import check_before_starting  # imports JAX
+
+    # A run placed by a launcher has its devices on other machines.
+    check_before_starting(
+        config, Path(args.file).resolve().parent, args.file, devices=config.launcher is None
+    )
     plugins = [f"transport={config.transport.type}"]
     if config.verifier is not None:
         plugins.append(f"judge={config.verifier.judge.type}")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rlax_core.config.launch_checks import cloud_launch_problems
 from rlax_core.config.loading import load_run_config
+from rlax_core.config.overrides import add_set_argument, parse_overrides, write_overridden
 from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.launcher import Launcher, RenderedArtifact
 from rlax_core.errors import ConfigError
@@ -50,6 +51,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     action.add_argument(
         "--stop", action="store_true", help="stop and delete everything the launcher started"
     )
+    add_set_argument(sub)
+    sub.add_argument(
+        "--skip-checks",
+        action="store_true",
+        help="with --apply: do not read the datasets, checkpoint and tokenizer first (for "
+        "a bucket this machine cannot read)",
+    )
     sub.add_argument(
         "--run-dir",
         type=Path,
@@ -62,7 +70,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Builds the launcher and renders, launches, reports or stops."""
     registry = load_registry()
-    run_config = load_run_config(args.config, registry)
+    overrides = parse_overrides(args.overrides)
+    run_config = load_run_config(args.config, registry, overrides=overrides)
+    # The launcher's processes read the config by file name: one with the overrides in it.
+    config_path = write_overridden(args.config, overrides) if overrides else args.config.resolve()
     if run_config.launcher is None:
         installed = ", ".join(registry.names("launcher")) or "none installed"
         raise ConfigError(
@@ -72,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         )
     run_dir = args.run_dir or local_run_dir(run_config)
     context = BuildContext(
-        registry, run_config=run_config, run_dir=run_dir, config_path=args.config.resolve()
+        registry, run_config=run_config, run_dir=run_dir, config_path=config_path
     )
     launcher: Launcher = registry.build("launcher", run_config.launcher, context)
     if args.status:
@@ -90,6 +101,15 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.config} would not train on {run_config.launcher.type} as it stands "
                 f"({len(problems)} problem{'s' if len(problems) > 1 else ''}); nothing was "
                 f"created:\n{listed}"
+            )
+        if args.apply and not args.skip_checks:
+            from rlax_core.rl.roles.preflight import check_before_starting  # imports JAX
+
+            check_before_starting(
+                run_config,
+                args.config.resolve().parent,
+                f"{args.config} (--skip-checks to launch without reading them)",
+                devices=False,
             )
     if args.dry_run or (launcher.creates_cloud_resources and not args.apply):
         sys.stdout.write(format_artifacts(launcher.render(run_config, run_dir)))

@@ -77,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
         from rlax_core.rl.roles.verifier import run_verifier
     else:
         from rlax_core.rl.roles import start  # imports JAX: after the config is known valid
+        from rlax_core.rl.roles.preflight import check_before_starting
+
+        check_before_starting(config, args.config.resolve().parent, str(args.config),
+                              devices=args.role in ("all", "trainer"))  # fmt: skip
 
     stop = threading.Event()
     stopped_by_signal: list[int] = []

@@ -9,7 +9,10 @@ reach into nested sections.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -54,6 +57,20 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
             problem = getattr(exc, "problem", None) or exc
             raise ConfigError(f"--set {pair!r}: the value is not YAML ({problem})") from None
     return result
+
+
+def write_overridden(path: Path, overrides: Mapping[str, Any]) -> Path:
+    """A copy of the run config file ``path`` with ``overrides`` in it, for processes that
+    read the config by file name (a launcher's). It is written beside ``path``
+    (``.NAME.set-HASH.yaml``), so the relative paths in it still start where they did."""
+    from rlax_core.config.yaml_source import read_yaml_mapping
+
+    data = merge_overrides(read_yaml_mapping(path).data, overrides)
+    text = yaml.safe_dump(data, sort_keys=False)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    target = path.resolve().with_name(f".{path.stem}.set-{digest}.yaml")
+    target.write_text(f"# {path.name} with --set {json.dumps(overrides)}\n{text}")
+    return target
 
 
 def merge_overrides(settings: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

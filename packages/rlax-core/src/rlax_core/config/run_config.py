@@ -44,7 +44,7 @@ class VerifierSectionBase(BaseModel):
     (see :func:`make_run_config_model`; declared here for type checkers only).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     # inline by default, as measured by `rlax bench verify_stage`: with a cheap judge (the
     # math quickstart) one verifier thread ran at 0.78x of inline judging; where judging
@@ -75,7 +75,7 @@ class VerifierSectionBase(BaseModel):
 class RunConfigBase(BaseModel):
     """An RLAX run: what to train, how to sample and judge, and where it runs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     run: RunSection = Field(default_factory=RunSection, description="Run identity and seed.")
     model: ModelSection = Field(

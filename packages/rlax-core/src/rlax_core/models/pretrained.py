@@ -59,32 +59,8 @@ def load_pretrained(
     """
     path = storage_path(path) if isinstance(path, str) else path
     config = read_config(path, param_dtype=param_dtype, dtype=dtype, remat=remat)
-    expected = param_shapes(config)
     with _open_weights(path) as tensors:
-        available = set(tensors)
-        missing = sorted(set(expected) - available)
-        if missing:
-            raise CheckpointError(
-                f"{path}: missing tensor(s) {missing[:5]}{' ...' if len(missing) > 5 else ''} "
-                f"for a {config.architecture} model with {config.num_layers} layers "
-                f"({len(missing)} missing); config.json and the weights do not match"
-            )
-        # A tied model's checkpoint may still carry the (identical) LM head.
-        ignorable = {"lm_head.weight"} if config.tie_embeddings else set()
-        unexpected = sorted(available - set(expected) - ignorable)
-        if unexpected:
-            raise CheckpointError(
-                f"{path}: unexpected tensor(s) {unexpected[:5]} that a {config.architecture} "
-                f"model with {config.num_layers} layers does not have; config.json and the "
-                "weights do not match"
-            )
-        for name, spec in expected.items():
-            entry = tensors[name].entries[name]
-            if entry.shape != tuple(spec.shape):
-                raise CheckpointError(
-                    f"{tensors[name].path}: tensor {name!r} has shape {list(entry.shape)}, "
-                    f"but config.json implies {list(spec.shape)}"
-                )
+        _check_weights(path, config, tensors)
 
         def make(
             name: str, spec: jax.ShapeDtypeStruct, sharding: jax.sharding.Sharding
@@ -99,6 +75,51 @@ def load_pretrained(
             return array
 
         return build_model(config, make, mesh)
+
+
+def inspect_pretrained(path: str | AnyPath) -> QwenConfig:
+    """Checks a checkpoint directory without reading its tensors: ``config.json``, the
+    safetensors headers, and that every tensor the config implies is there in its shape.
+
+    Raises:
+        CheckpointError: as :func:`load_pretrained` would, before loading anything.
+    """
+    path = storage_path(path) if isinstance(path, str) else path
+    config = read_config(path)
+    with _open_weights(path) as tensors:
+        _check_weights(path, config, tensors)
+    return config
+
+
+def _check_weights(
+    path: AnyPath, config: QwenConfig, tensors: dict[str, SafetensorsReader]
+) -> None:
+    """Missing, unexpected or misshapen tensors, against what ``config`` implies."""
+    expected = param_shapes(config)
+    available = set(tensors)
+    missing = sorted(set(expected) - available)
+    if missing:
+        raise CheckpointError(
+            f"{path}: missing tensor(s) {missing[:5]}{' ...' if len(missing) > 5 else ''} "
+            f"for a {config.architecture} model with {config.num_layers} layers "
+            f"({len(missing)} missing); config.json and the weights do not match"
+        )
+    # A tied model's checkpoint may still carry the (identical) LM head.
+    ignorable = {"lm_head.weight"} if config.tie_embeddings else set()
+    unexpected = sorted(available - set(expected) - ignorable)
+    if unexpected:
+        raise CheckpointError(
+            f"{path}: unexpected tensor(s) {unexpected[:5]} that a {config.architecture} "
+            f"model with {config.num_layers} layers does not have; config.json and the "
+            "weights do not match"
+        )
+    for name, spec in expected.items():
+        entry = tensors[name].entries[name]
+        if entry.shape != tuple(spec.shape):
+            raise CheckpointError(
+                f"{tensors[name].path}: tensor {name!r} has shape {list(entry.shape)}, "
+                f"but config.json implies {list(spec.shape)}"
+            )
 
 
 def read_config(path: Path, **overrides: Any) -> QwenConfig:

@@ -41,7 +41,7 @@ class MeshShape:
         if len(devices) < self.size:
             raise ValueError(
                 f"mesh data={self.data} × fsdp={self.fsdp} × tensor={self.tensor} needs "
-                f"{self.size} devices, but {len(devices)} are available"
+                f"{self.size} devices, but this machine has {len(devices)}"
             )
         grid = np.array(devices[: self.size]).reshape(self.data, self.fsdp, self.tensor)
         return Mesh(grid, AXES)

@@ -115,7 +115,7 @@ class RolloutSection(Section):
         default=8, ge=1, description="Completions sampled per prompt (the group size)."
     )
     max_new_tokens: int = Field(
-        default=256, ge=1, description="Most tokens generated per completion."
+        default=256, ge=1, le=1 << 20, description="Most tokens generated per completion."
     )
     temperature: float = Field(
         default=1.0, ge=0.0, description="Sampling temperature; 0 is greedy."

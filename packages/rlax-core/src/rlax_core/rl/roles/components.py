@@ -38,6 +38,13 @@ def resolve(path: str, base_dir: Path) -> AnyPath:
     return storage_path(path, base_dir)
 
 
+NO_CHAT_TEMPLATE = (
+    "rollout.chat_template is true, but the tokenizer has no chat template (no "
+    "chat_template in its tokenizer_config.json): use the model's own tokenizer folder, "
+    "or set rollout.chat_template: false"
+)
+
+
 def tokenizer_dir(config: RunConfigBase, base_dir: Path) -> AnyPath:
     """The directory of ``model.tokenizer`` (or the checkpoint's own tokenizer)."""
     source = config.model.tokenizer or config.model.path
@@ -111,17 +118,17 @@ def build_model(config: RunConfigBase, base_dir: Path, *, mesh: Mesh | None = No
     return init_model(model_config, seed=config.run.seed, mesh=mesh)
 
 
-def check_vocabulary(model: Qwen, tokenizer: Tokenizer) -> None:
+def check_vocabulary(vocab_size: int, tokenizer: Tokenizer) -> None:
     """Refuses a tokenizer with ids past the model's embedding table (they would embed as
     NaN, silently).
 
     Raises:
         ConfigError: the tokenizer has more ids than the model has embeddings.
     """
-    if tokenizer.vocab_size > model.config.vocab_size:
+    if tokenizer.vocab_size > vocab_size:
         raise ConfigError(
             f"the tokenizer has {tokenizer.vocab_size} token ids but the model embeds "
-            f"{model.config.vocab_size}: set model.overrides.vocab_size to at least "
+            f"{vocab_size}: set model.overrides.vocab_size to at least "
             f"{tokenizer.vocab_size}, or use the model's own tokenizer"
         )
 
@@ -137,6 +144,8 @@ def prompt_encoder(
             "the environment offers tools, which the model is shown through the chat "
             "template: set rollout.chat_template: true"
         )
+    if chat_template and not tokenizer.chat_template:
+        raise ConfigError(NO_CHAT_TEMPLATE)
 
     def encode(example: PromptExample) -> list[int]:
         if example.messages:

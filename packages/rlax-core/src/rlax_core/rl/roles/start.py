@@ -148,7 +148,7 @@ def run_worker(
         judge = components.build_judge(registry, config, run_dir)
     model = components.build_model(config, config_dir)
     tokenizer = components.load_tokenizer(config, config_dir)
-    components.check_vocabulary(model, tokenizer)
+    components.check_vocabulary(model.config.vocab_size, tokenizer)
     environment = components.build_environment(registry, config, run_dir)
     worker = _worker(worker_id, config, model, tokenizer, judge, transport, environment)
     reporter = threading.Thread(target=_report_worker, args=(worker, run_dir, stop), daemon=True)

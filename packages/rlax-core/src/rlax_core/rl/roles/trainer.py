@@ -102,7 +102,7 @@ class TrainerRun:
         self.tools = [tool.schema() for tool in self.environment.tools]
         self.mesh = components.mesh_of(config)
         model = components.build_model(config, config_dir, mesh=self.mesh)
-        components.check_vocabulary(model, self.tokenizer)
+        components.check_vocabulary(model.config.vocab_size, self.tokenizer)
         leader: LeaderDuties | None = None
         if self.processes.is_leader:
             if transport is None:
