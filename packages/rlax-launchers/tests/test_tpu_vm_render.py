@@ -165,6 +165,23 @@ def test_a_single_host_trainer_has_no_distributed_flags_and_explicit_topology(
     assert "# RLAX run demo: worker slices demo-worker-* (4 hosts each)" in worker
 
 
+def test_hosts_wait_for_the_dpkg_lock_and_trainer_hosts_restart_with_their_peers(
+    make_run_config: Callable[..., Any], registry: Registry, tmp_path: Path
+) -> None:
+    from rlax_core.cli.train_cmd import PEER_STOPPED
+
+    _, plan = plan_for(make_run_config, registry, tmp_path, launcher=launcher())
+    for script in plan.scripts.values():
+        assert "APT='apt-get -o DPkg::Lock::Timeout=900'" in script
+        assert "$APT update -qq && $APT install -y" in script
+    trainer = next(iter(plan.scripts.values()))
+    unit = trainer.split("cat > /etc/systemd/system/rlax-trainer.service")[1].split("RLAX_UNIT")[1]
+    # A host stopped by a terminated peer exits PEER_STOPPED: not a success, so systemd
+    # restarts it; only 143 (asked to stop itself) and 0 are.
+    assert "Restart=on-failure" in unit and "SuccessExitStatus=143\n" in unit
+    assert str(PEER_STOPPED) not in unit.split("SuccessExitStatus=")[1].split("\n")[0]
+
+
 def test_the_scripts_carry_a_valid_run_config_pointing_at_the_server(
     make_run_config: Callable[..., Any], registry: Registry, tmp_path: Path
 ) -> None:

@@ -16,6 +16,11 @@ from rlax_core.config.overrides import add_set_argument, parse_overrides
 from rlax_core.errors import ConfigError, RlaxError
 from rlax_core.run_dir.layout import default_run_dir, resumable
 
+# A trainer process that stopped because a peer was terminated: not a success (a
+# supervisor must restart it with its peers: all of a trainer's processes start
+# together), unlike 128 + SIGTERM, the exit of the process that was itself asked to stop.
+PEER_STOPPED = 75  # EX_TEMPFAIL
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Adds the ``train`` subcommand."""
@@ -122,8 +127,13 @@ def run(args: argparse.Namespace) -> int:
         if not finished and not stopped_by_signal:
             # Only a multi-host trainer stops unasked: another of its processes was
             # terminated, and this one checkpointed and stopped with it.
-            print("stopped: another process of the trainer was terminated", file=sys.stderr)
-            return 128 + signal.SIGTERM
+            print(
+                "stopped: another process of the trainer was terminated; exit "
+                f"{PEER_STOPPED} asks this one's supervisor to start it again, so that it "
+                "rejoins its peers when they restart",
+                file=sys.stderr,
+            )
+            return PEER_STOPPED
     else:
         start.run_all(config, config_dir, args.run_dir, resume=args.resume, stop=stop,
                       progress=progress)  # fmt: skip

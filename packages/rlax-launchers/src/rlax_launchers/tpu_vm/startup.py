@@ -94,7 +94,9 @@ def startup_script(
         "",
         "# Packages.",
         "export DEBIAN_FRONTEND=noninteractive",
-        f"apt-get update -qq && apt-get install -y -qq --no-install-recommends {apt}",
+        # Waits for the dpkg lock that unattended-upgrades holds after boot (apt >= 1.9.11).
+        "APT='apt-get -o DPkg::Lock::Timeout=900'",
+        f"$APT update -qq && $APT install -y -qq --no-install-recommends {apt}",
         "python3 -m pip install --quiet --upgrade uv",
         f"[ -x {VENV}/bin/python ] || python3 -m uv venv --python {python_version} {VENV}",
         f"python3 -m uv pip install --quiet --python {VENV}/bin/python {pip}",
@@ -209,8 +211,9 @@ def _unit_lines(unit: Unit, stop_timeout_s: int) -> list[str]:
         f"ExecStart={systemd_command_line([f'{VENV}/bin/{unit.command[0]}', *unit.command[1:]])}",
         f"Restart={unit.restart}",
         "RestartSec=10",
-        # 143: the role exited on SIGTERM as it should (a stop or a preemption);
-        # 2: the config is bad, and restarting would not mend it.
+        # 143: the role exited on SIGTERM as it should (a stop or a preemption); a trainer
+        # host stopped by a terminated peer exits 75 instead, so it is restarted and
+        # rejoins its peers. 2: the config is bad, and restarting would not mend it.
         "SuccessExitStatus=143",
         "RestartPreventExitStatus=2",
         f"TimeoutStopSec={stop_timeout_s}",
