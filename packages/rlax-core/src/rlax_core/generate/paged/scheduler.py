@@ -491,8 +491,9 @@ class Scheduler:
                 break
             group = self._ready[0]
             sample = Sample(group.request, group.started, age=self._ages, group=group)
-            if not self._give_prompt_blocks(group, sample):
-                return True
+            while not self._give_prompt_blocks(group, sample):
+                if any(self._running) or not self._free_for_start():
+                    return True  # running samples free blocks soon
             self._ages += 1
             group.started += 1
             if group.started == len(group.request.seeds):
@@ -500,6 +501,24 @@ class Scheduler:
                 self.pool.release(group.blocks)  # the samples hold what they need
             self._start(sample, slot)
         return False
+
+    def _free_for_start(self) -> bool:
+        """Frees blocks for the first prefilled prompt's next sample when nothing runs
+        that would free any: an extended sample's cached prefix, a paused sample's keys,
+        else the latest other prefilled prompt's (prefilled again later). False if there
+        is nothing to free."""
+        if self._drop_continuing() or self._drop_paused():
+            return True
+        if len(self._ready) < 2:
+            return False
+        group = self._ready.pop()
+        self.pool.release(group.blocks)
+        group.blocks = []
+        if group.started:  # some of its samples under way: its prompt is prefilled again
+            self._stale.appendleft(group)
+        else:
+            self._waiting.appendleft(group.request)
+        return True
 
     def _give_prompt_blocks(self, group: PrefilledPrompt, sample: Sample) -> bool:
         """The prompt's blocks for a new sample: the full ones shared, a partly filled
