@@ -189,6 +189,15 @@ def _crd_validator(path: Path, version: str) -> jsonschema.Validator:
 
 
 @pytest.fixture(scope="session")
+def jobset_crd_manifest() -> dict[str, Any]:
+    """The JobSet CustomResourceDefinition from shared/schemas, as a cluster serves it."""
+    path = _find_shared_schema(JOBSET_CRD)
+    if path is None:
+        pytest.skip(f"{JOBSET_CRD} is not in shared/schemas beside this checkout")
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture(scope="session")
 def jobset_validator() -> jsonschema.Validator:
     """The JobSet CRD's schema (``jobset.x-k8s.io/v1alpha2``), strict."""
     path = _find_shared_schema(JOBSET_CRD)

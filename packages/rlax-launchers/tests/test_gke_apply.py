@@ -18,13 +18,15 @@ from rlax_core.cli.main import main
 from rlax_core.config import load_run_config
 from rlax_core.plugins import Registry
 from rlax_launchers.gke.manifests import render_manifests
-from rlax_launchers.testing.kube_api import FakeKubernetesApi
+from rlax_launchers.testing.kube_api import JOBSET_ACTIONS, FakeKubernetesApi, jobset_crd
 
 pytestmark = pytest.mark.network
 
 NS = "/api/v1/namespaces/default"
+CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io"
 PATHS = {
     "PriorityClass": "/apis/scheduling.k8s.io/v1/priorityclasses",
+    "ServiceAccount": f"{NS}/serviceaccounts",
     "ConfigMap": f"{NS}/configmaps",
     "Service": f"{NS}/services",
     "StatefulSet": "/apis/apps/v1/namespaces/default/statefulsets",
@@ -37,7 +39,10 @@ AUTOSCALED = {"verifiers": {"autoscale": {"enabled": True}}}
 
 @pytest.fixture
 def api() -> Iterator[FakeKubernetesApi]:
+    """The cluster, with a JobSet that knows the run's failure-policy actions."""
     with FakeKubernetesApi() as server:
+        server.install_crd(jobset_crd(JOBSET_ACTIONS))
+        server.requests.clear()
         yield server
 
 
@@ -77,10 +82,11 @@ def test_apply_creates_every_object_in_order(
 ) -> None:
     assert main(["launch", str(config_path), "--apply", "--skip-checks"]) == 0
     manifests = rendered(config_path, registry)
-    assert [(r.method, r.path) for r in api.requests] == [
+    # First the JobSet CRD is read (does the controller know the run's actions?).
+    assert [(r.method, r.path) for r in api.requests] == [("GET", CRD)] + [
         ("POST", PATHS[m["kind"]]) for m in manifests
     ]
-    assert [r.body for r in api.requests] == manifests
+    assert [r.body for r in api.requests[1:]] == manifests
 
 
 def test_applying_again_replaces_each_object_at_its_current_version(
@@ -91,7 +97,7 @@ def test_applying_again_replaces_each_object_at_its_current_version(
     api.requests.clear()
     assert main(["launch", str(config_path), "--apply", "--skip-checks"]) == 0
     manifests = rendered(config_path, registry)
-    expected = []
+    expected = [("GET", CRD)]
     for m in manifests:
         path = f"{PATHS[m['kind']]}/{m['metadata']['name']}"
         expected += [("POST", PATHS[m["kind"]]), ("GET", path), ("PUT", path)]
@@ -153,6 +159,7 @@ def test_stop_deletes_what_the_launch_created_but_the_shared_priority_classes(
     deleted = [r.path for r in api.requests if r.method == "DELETE"]
     assert deleted[0] == f"{PATHS['JobSet']}/demo"  # first: its pods get SIGTERM, then the rest
     assert sorted(api.objects) == [
+        CRD,
         f"{PATHS['PriorityClass']}/rlax-trainer",
         f"{PATHS['PriorityClass']}/rlax-worker",
     ]
@@ -217,7 +224,7 @@ def test_apply_creates_the_verifier_deployment_and_its_scaled_object(
     assert main(["launch", str(staged_config_path), "--apply", "--skip-checks"]) == 0
     manifests = rendered(staged_config_path, registry)
     assert [m["kind"] for m in manifests][-2:] == ["Deployment", "ScaledObject"]
-    assert [(r.method, r.path) for r in api.requests] == [
+    assert [(r.method, r.path) for r in api.requests] == [("GET", CRD)] + [
         ("POST", PATHS[m["kind"]]) for m in manifests
     ]
     assert f"{PATHS['ScaledObject']}/demo-verifier" in api.objects

@@ -77,8 +77,8 @@ def test_nats_run_with_spot_workers_and_kueue(
         "cloud.google.com/gke-tpu-topology": "2x2x2",
     }
     (trainer_container,) = trainer_pod["containers"]
-    assert trainer_container["resources"] == {
-        "requests": {"google.com/tpu": "4"},
+    assert trainer_container["resources"] == {  # three quarters of a ct5p-hightpu-4t host
+        "requests": {"cpu": "156", "memory": "336Gi", "google.com/tpu": "4"},
         "limits": {"google.com/tpu": "4"},
     }
     assert trainer_container["command"] == [
@@ -305,5 +305,6 @@ def test_the_cloud_examples_render(example: str, capsys: pytest.CaptureFixture) 
     out = capsys.readouterr().out
     if example.startswith("gke"):
         assert "kind: JobSet" in out and "name: qwen-math-gke-verifier" in out
+        assert "kind: ServiceAccount" in out and "serviceAccountName: rlax" in out
     else:
         assert "gcloud compute tpus" in out and "gcloud compute instances create" in out

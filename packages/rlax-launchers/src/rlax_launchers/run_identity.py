@@ -30,13 +30,18 @@ def resource_prefix(run_config: RunConfigBase, override: str | None) -> str:
     return name
 
 
-def shared_run_dir(run_config: RunConfigBase, configured: str | None, *, launcher: str) -> str:
+def shared_run_dir(
+    run_config: RunConfigBase, configured: str | None, *, launcher: str, trainer_hosts: int = 1
+) -> str:
     """The run directory that every process of a cloud run reads and writes.
 
     ``configured`` (the launcher's ``run_dir``) wins over ``run.run_dir``.
 
     Raises:
-        ConfigError: there is none, or it is a local path, which hosts cannot share.
+        ConfigError: there is none, it is a local path, which hosts cannot share, or a
+            trainer of several hosts (``trainer_hosts``) would checkpoint to anything but
+            ``gs://`` (Orbax writes elsewhere through one local folder, so the trainer
+            would refuse it in its pods, after the slice was found).
     """
     run_dir = configured or run_config.run.run_dir
     if run_dir is None:
@@ -48,5 +53,12 @@ def shared_run_dir(run_config: RunConfigBase, configured: str | None, *, launche
         raise ConfigError(
             f"run directory {run_dir!r} is a local path, which the hosts of a {launcher} run "
             "do not share: use e.g. gs://BUCKET/runs/NAME"
+        )
+    if trainer_hosts > 1 and not run_dir.startswith("gs://"):
+        field = "launcher.run_dir" if configured else "run.run_dir"
+        raise ConfigError(
+            f"{field} is {run_dir!r}, but a trainer of {trainer_hosts} hosts checkpoints only "
+            "to gs:// (each host writes its shards there; elsewhere Orbax writes through one "
+            "local folder): use e.g. gs://BUCKET/runs/NAME"
         )
     return run_dir

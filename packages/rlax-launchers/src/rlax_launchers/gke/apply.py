@@ -6,6 +6,7 @@ The client is imported here only, when a command needs the cluster, so rendering
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,15 @@ _CUSTOM = {
 
 
 class KubernetesError(RlaxError):
-    """The cluster refused a request, or could not be reached."""
+    """The cluster refused a request, or could not be reached.
+
+    Attributes:
+        status: the HTTP status of the refusal (None: no answer, or not an HTTP one).
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -34,11 +43,13 @@ class _Kind:
 _KINDS = {
     "ConfigMap": _Kind("CoreV1Api", "config_map", True),
     "Secret": _Kind("CoreV1Api", "secret", True),
+    "ServiceAccount": _Kind("CoreV1Api", "service_account", True),
     "Service": _Kind("CoreV1Api", "service", True),
     "PersistentVolumeClaim": _Kind("CoreV1Api", "persistent_volume_claim", True),
     "StatefulSet": _Kind("AppsV1Api", "stateful_set", True),
     "Deployment": _Kind("AppsV1Api", "deployment", True),
     "PriorityClass": _Kind("SchedulingV1Api", "priority_class", False),
+    "CustomResourceDefinition": _Kind("ApiextensionsV1Api", "custom_resource_definition", False),
     "JobSet": _Kind("custom", "jobset", True),
     "ScaledObject": _Kind("custom", "scaledobject", True),
 }
@@ -115,6 +126,21 @@ class Cluster:
                 ) from None
             raise self._error(exc, f"replace {kind} {name}", kind) from None
 
+    def read(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """The object as the API server serves it (its JSON), or None if it is not there."""
+        try:
+            response = self._call(kind, "read", namespace, name=name, _preload_content=False)
+        except self._k8s.client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise self._error(exc, f"read {kind} {name}", kind) from None
+        try:
+            return json.loads(response.data)
+        except ValueError:
+            raise KubernetesError(
+                f"read {kind} {name} at {self.host}: the answer is not JSON"
+            ) from None
+
     def delete(self, kind: str, name: str, namespace: str | None) -> bool:
         """Deletes the object and what it owns; returns False if it was not there."""
         try:
@@ -183,7 +209,8 @@ class Cluster:
         }.get(exc.status, "")
         return KubernetesError(
             f"{what} at {self.host} failed: {exc.status} {exc.reason}"
-            + (f" ({hint})" if hint else "")
+            + (f" ({hint})" if hint else ""),
+            status=exc.status,
         )
 
 

@@ -9,9 +9,56 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rlax_launchers.tpu_slice import TpuSliceConfig
 
 _K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A CPU quantity: whole or decimal cores, or millicores.
+_CPU = r"^([0-9]+m|[0-9]+(\.[0-9]+)?)$"
+# What GKE gives pods on a Spot node it reclaims (see GkeLauncherConfig's grace fields).
+SPOT_GRACE_S = 15
+SPOT_GRACE_MAX_S = 120
 
 
-class GkeWorkersConfig(TpuSliceConfig):
+class GkeTpuPodsConfig(TpuSliceConfig):
+    """A TPU slice on GKE, one pod per host, with the CPU and memory each pod requests.
+
+    Without CPU and memory requests a pod is BestEffort, the first the kubelet evicts when
+    the node runs short; with them it is Burstable (no CPU limit, so it may use idle
+    cores). The defaults are :data:`~rlax_launchers.gke.tpu_hosts.HOST_SHARE` of the TPU
+    host's vCPUs and memory (see :mod:`rlax_launchers.gke.tpu_hosts`).
+    """
+
+    cpu: str | None = Field(
+        default=None,
+        pattern=_CPU,
+        description="CPU request of each pod, e.g. '150' or '500m' (null: three quarters of "
+        "the TPU host's vCPUs, e.g. 156 on a v5p host).",
+    )
+    memory_gib: int | None = Field(
+        default=None,
+        ge=1,
+        description="Memory request of each pod in GiB (null: three quarters of the TPU "
+        "host's memory, e.g. 336 on a v5p host).",
+    )
+    memory_limit_gib: int | None = Field(
+        default=None,
+        ge=1,
+        description="Memory limit of each pod in GiB (null: none, so a checkpoint's peak in "
+        "host memory is not killed at the request).",
+    )
+
+    @model_validator(mode="after")
+    def _limit_above_request(self) -> GkeTpuPodsConfig:
+        if (
+            self.memory_limit_gib is not None
+            and self.memory_gib is not None
+            and self.memory_limit_gib < self.memory_gib
+        ):
+            raise ValueError(
+                f"memory_limit_gib ({self.memory_limit_gib}) is below memory_gib "
+                f"({self.memory_gib})"
+            )
+        return self
+
+
+class GkeWorkersConfig(GkeTpuPodsConfig):
     """The inference workers' TPU slices: one worker pod per host (``rollout.workers`` in all)."""
 
     spot: bool = Field(
@@ -207,10 +254,25 @@ class GkeLauncherConfig(BaseModel):
     )
     service_account: str | None = Field(
         default=None,
-        description="Kubernetes service account of the pods (e.g. one bound to a Google "
-        "service account with Workload Identity, for run_dir on GCS).",
+        pattern=_K8S_NAME,
+        description="Kubernetes ServiceAccount every pod runs as; with Workload Identity it "
+        "is the principal granted the run's bucket (see the README). Null: the namespace's "
+        "'default' ServiceAccount.",
     )
-    trainer: TpuSliceConfig = Field(
+    create_service_account: bool = Field(
+        default=False,
+        description="Render that ServiceAccount (off: it exists already). It is shared by "
+        "runs and kept by --stop, like the PriorityClasses.",
+    )
+    gcp_service_account: str | None = Field(
+        default=None,
+        pattern=r"^[^@\s]+@[a-z0-9.-]+\.gserviceaccount\.com$",
+        description="Google service account the ServiceAccount impersonates "
+        "(iam.gke.io/gcp-service-account annotation: the older Workload Identity binding, "
+        "which also needs roles/iam.workloadIdentityUser for the ServiceAccount on it); "
+        "null: Workload Identity Federation grants the ServiceAccount itself.",
+    )
+    trainer: GkeTpuPodsConfig = Field(
         description="The trainer's TPU slice; its hosts form one jax.distributed trainer."
     )
     workers: GkeWorkersConfig = Field(
@@ -247,7 +309,22 @@ class GkeLauncherConfig(BaseModel):
     termination_grace_period_s: int = Field(
         default=300,
         ge=10,
-        description="Seconds a pod has after SIGTERM (a trainer writes its checkpoint).",
+        description="Seconds a pod on on-demand nodes (the trainer, the transport server) has "
+        "after SIGTERM: the trainer writes its checkpoint.",
+    )
+    spot_node_grace_s: int = Field(
+        default=SPOT_GRACE_S,
+        ge=1,
+        le=SPOT_GRACE_MAX_S,
+        description="Seconds GKE gives the pods of a Spot node it reclaims: 15, or up to 120 "
+        "on Spot node pools whose graceful termination was raised (GKE 1.35.0-gke.1171000 "
+        "or later).",
+    )
+    spot_termination_grace_period_s: int | None = Field(
+        default=None,
+        ge=1,
+        description="Seconds a pod on Spot nodes (workers, Spot verifiers) has after SIGTERM "
+        "(null: spot_node_grace_s); at most spot_node_grace_s, since GKE stops the node then.",
     )
     transport: GkeTransportConfig = Field(
         default_factory=GkeTransportConfig, description="The transport server's pod."
@@ -264,6 +341,42 @@ class GkeLauncherConfig(BaseModel):
     kube_context: str | None = Field(
         default=None, description="kubeconfig context (null: its current context)."
     )
+
+    @property
+    def spot_grace_s(self) -> int:
+        """terminationGracePeriodSeconds of the pods on Spot nodes."""
+        if self.spot_termination_grace_period_s is None:
+            return self.spot_node_grace_s
+        return self.spot_termination_grace_period_s
+
+    @model_validator(mode="after")
+    def _spot_grace_fits_gke(self) -> GkeLauncherConfig:
+        wanted = self.spot_termination_grace_period_s
+        if wanted is not None and wanted > self.spot_node_grace_s:
+            raise ValueError(
+                f"spot_termination_grace_period_s is {wanted}, but GKE gives the pods of a "
+                f"reclaimed Spot node {self.spot_node_grace_s} s (spot_node_grace_s) and then "
+                f"stops the node: set it to at most {self.spot_node_grace_s}; GKE gives "
+                f"{SPOT_GRACE_S} s, or up to {SPOT_GRACE_MAX_S} s on Spot node pools configured "
+                "for it (GKE 1.35.0-gke.1171000 or later: then raise spot_node_grace_s to that)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _service_account_settings_agree(self) -> GkeLauncherConfig:
+        if self.create_service_account and self.service_account is None:
+            raise ValueError(
+                "create_service_account needs service_account, the name of the "
+                "ServiceAccount to create, e.g. service_account: rlax"
+            )
+        if self.gcp_service_account is not None and not self.create_service_account:
+            raise ValueError(
+                "gcp_service_account annotates the ServiceAccount the launcher renders: set "
+                "create_service_account: true (and service_account), or annotate your own: "
+                "kubectl annotate serviceaccount KSA --namespace NAMESPACE "
+                f"iam.gke.io/gcp-service-account={self.gcp_service_account}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _has_an_image(self) -> GkeLauncherConfig:

@@ -12,18 +12,31 @@ Preemption story, as restart policies:
   ``max_trainer_restarts`` the run fails.
 * Exit status 2 (a bad config) fails the run at once instead of restarting forever.
 * The run succeeds when the trainer completes.
+
+``RestartJob`` and ``RestartJobAndIgnoreMaxRestarts`` came with JobSet v0.12.0
+(:data:`MIN_JOBSET_VERSION`); an older controller's CRD refuses them, so ``--apply``
+reads the installed CRD first (:mod:`rlax_launchers.gke.jobset_controller`).
+
+Grace periods: the trainer runs on on-demand nodes and keeps
+``termination_grace_period_s`` to write its checkpoint; a worker on Spot nodes gets what
+GKE gives a reclaimed Spot node's pods (15 s, up to 120 s from GKE 1.35), which is
+enough because a worker has nothing to save (see :func:`jobset`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlax_launchers.gke.config import GkeLauncherConfig
+from rlax_launchers.gke.config import GkeLauncherConfig, GkeTpuPodsConfig
 from rlax_launchers.gke.pods import CONFIG_PATH, RunObjects, container, pod_spec
+from rlax_launchers.gke.tpu_hosts import tpu_pod_resources
 from rlax_launchers.role_commands import trainer_command, worker_command
 from rlax_launchers.tpu_slice import TpuSliceShape
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+# The first JobSet release whose controller (and CRD) has the failure-policy actions
+# RestartJob and RestartJobAndIgnoreMaxRestarts (kubernetes-sigs/jobset PR #1177).
+MIN_JOBSET_VERSION = "v0.12.0"
 # The exit status of a run config the RL loop refuses.
 BAD_CONFIG_EXIT_CODE = 2
 _COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
@@ -57,9 +70,16 @@ def jobset(
         ),
         env=[_field_env("JOB_COMPLETION_INDEX", _COMPLETION_INDEX)],
         ports=[{"name": "coordinator", "containerPort": config.coordinator_port}],
-        resources=_tpu_resources(trainer),
+        resources=_tpu_resources(config.trainer, trainer, "launcher.trainer"),
         objects=objects,
     )
+    # A worker's SIGTERM (its Spot node reclaimed, a preemption, --stop) sets its stop
+    # event (rlax_core.cli.train_cmd): a worker still starting exits at once, holding
+    # nothing; a streaming worker (rollout.engine.kind: paged) stops between engine steps
+    # and nacks the leases of the groups it has not sent, so other workers take them at
+    # once; a batch worker stops after its batch, and if the grace runs out first, its
+    # groups come back when their leases expire (rollout.lease_s). It writes no
+    # checkpoint: it is stateless, so the short grace of a Spot node is enough.
     worker_container = container(
         config,
         name="worker",
@@ -68,7 +88,7 @@ def jobset(
             _field_env("JOB_INDEX", _JOB_INDEX),
             _field_env("JOB_COMPLETION_INDEX", _COMPLETION_INDEX),
         ],
-        resources=_tpu_resources(workers),
+        resources=_tpu_resources(config.workers, workers, "launcher.workers"),
         objects=objects,
     )
     return {
@@ -182,6 +202,7 @@ def _replicated_job(
                         restart_policy="Never",
                         node_selector=node_selector,
                         tolerations=tolerations,
+                        spot=spot,
                     ),
                 },
             },
@@ -189,9 +210,14 @@ def _replicated_job(
     }
 
 
-def _tpu_resources(shape: TpuSliceShape) -> dict[str, Any]:
-    chips = {"google.com/tpu": str(shape.chips_per_host)}
-    return {"requests": dict(chips), "limits": dict(chips)}
+def _tpu_resources(section: GkeTpuPodsConfig, shape: TpuSliceShape, field: str) -> dict[str, Any]:
+    return tpu_pod_resources(
+        shape,
+        cpu=section.cpu,
+        memory_gib=section.memory_gib,
+        memory_limit_gib=section.memory_limit_gib,
+        field=field,
+    )
 
 
 def _field_env(name: str, field_path: str) -> dict[str, Any]:

@@ -12,7 +12,9 @@ from rlax_core.errors import RlaxError
 from rlax_core.plugins.registry import BuildContext
 from rlax_launchers.gke.apply import Cluster
 from rlax_launchers.gke.config import GkeLauncherConfig
+from rlax_launchers.gke.jobset_controller import check_jobset_controller, failure_policy_actions
 from rlax_launchers.gke.manifests import manifest_yaml, render_manifests, run_objects
+from rlax_launchers.gke.pods import service_account_name
 from rlax_launchers.gke.transport import transport_service_name
 from rlax_launchers.gke.verifiers import verifier_deployment_name
 
@@ -53,15 +55,27 @@ class GkeLauncher(Launcher):
         ]
 
     def launch(self, run_config: RunConfigBase, run_dir: Path) -> None:
-        """Creates or replaces every object through the Kubernetes API."""
+        """Creates or replaces every object through the Kubernetes API.
+
+        Before anything is created, the cluster's JobSet must know the failure-policy
+        actions the run's JobSet uses (see :mod:`rlax_launchers.gke.jobset_controller`).
+        """
         manifests = render_manifests(self.config, run_config)
         cluster = self._cluster()
+        (jobset,) = [m for m in manifests.items if m["kind"] == "JobSet"]
+        check_jobset_controller(cluster, failure_policy_actions(jobset))
         for manifest in manifests.items:
             outcome = cluster.apply(manifest)
             print(f"{manifest['kind']}/{manifest['metadata']['name']} {outcome}", file=sys.stderr)
         print(
             f"run {manifests.objects.prefix} applied to {cluster.host} (namespace "
             f"{self.config.namespace}); `rlax launch CONFIG --status` shows its pods",
+            file=sys.stderr,
+        )
+        print(
+            f"its pods run as ServiceAccount {self.config.namespace}/"
+            f"{service_account_name(self.config)}, which needs access to the run's bucket "
+            "(Workload Identity: see the gke section of rlax-launchers' README)",
             file=sys.stderr,
         )
 
@@ -90,9 +104,9 @@ class GkeLauncher(Launcher):
         """Deletes the JobSet (its pods get SIGTERM: the trainer checkpoints), then the rest.
 
         The verifiers' ScaledObject goes before their Deployment, so KEDA does not scale
-        it while it is deleted. PriorityClasses stay: they are cluster-wide and other runs
-        may use them. Objects that are not there (a run without verifiers, a cluster
-        without KEDA) are skipped.
+        it while it is deleted. PriorityClasses and the ServiceAccount stay: other runs
+        may use them (the ServiceAccount's IAM binding names it). Objects that are not
+        there (a run without verifiers, a cluster without KEDA) are skipped.
         """
         objects = run_objects(self.config, self._run_config())
         transport = transport_service_name(objects.prefix)

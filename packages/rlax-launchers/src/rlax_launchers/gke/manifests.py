@@ -1,8 +1,17 @@
 """Every Kubernetes object of a GKE run, in the order they are applied.
 
-PriorityClasses, the Secret with transport credentials (if any), the ConfigMap with the
-run config, the transport server and its Service, the JobSet, then the verifiers (a
-Deployment on CPU nodes, and its KEDA ScaledObject, when the run judges in a stage).
+PriorityClasses, the pods' ServiceAccount (when the launcher creates it), the Secret with
+transport credentials (if any), the ConfigMap with the run config, the transport server
+and its Service, the JobSet, then the verifiers (a Deployment on CPU nodes, and its KEDA
+ScaledObject, when the run judges in a stage).
+
+Every pod runs as one Kubernetes ServiceAccount, through which Workload Identity lets
+it read and write the run's bucket: either Workload Identity Federation for GKE, an IAM
+binding on the bucket for the ServiceAccount itself
+(``principal://iam.googleapis.com/projects/PROJECT_NUMBER/locations/global/
+workloadIdentityPools/PROJECT_ID.svc.id.goog/subject/ns/NAMESPACE/sa/KSA``), or the
+older binding to a Google service account, named in the ServiceAccount's
+``iam.gke.io/gcp-service-account`` annotation (``gcp_service_account``).
 """
 
 from __future__ import annotations
@@ -18,7 +27,12 @@ from rlax_core.errors import ConfigError
 from rlax_launchers.cluster_config import cluster_run_config, run_config_yaml
 from rlax_launchers.gke.config import GkeLauncherConfig, PriorityClassConfig
 from rlax_launchers.gke.jobset import jobset
-from rlax_launchers.gke.pods import CREDENTIALS_KEY, SECRETS_DIR, RunObjects
+from rlax_launchers.gke.pods import (
+    CREDENTIALS_KEY,
+    SECRETS_DIR,
+    RunObjects,
+    service_account_name,
+)
 from rlax_launchers.gke.transport import transport_objects, transport_service_name
 from rlax_launchers.gke.verifiers import verifier_monitoring_port, verifier_objects
 from rlax_launchers.run_identity import resource_prefix, shared_run_dir
@@ -52,9 +66,11 @@ def render_manifests(config: GkeLauncherConfig, run_config: RunConfigBase) -> Gk
             workers that do not fill whole slices, or verifiers the run cannot use).
     """
     prefix = resource_prefix(run_config, config.name)
-    run_dir = shared_run_dir(run_config, config.run_dir, launcher="gke")
-    placement = transport_placement(run_config, "gke")
     trainer, workers = config.trainer.shape(), config.workers.shape()
+    run_dir = shared_run_dir(
+        run_config, config.run_dir, launcher="gke", trainer_hosts=trainer.hosts
+    )
+    placement = transport_placement(run_config, "gke")
     if run_config.rollout.workers % workers.hosts:
         raise ConfigError(
             f"rollout.workers is {run_config.rollout.workers}, but each worker slice "
@@ -84,6 +100,8 @@ def render_manifests(config: GkeLauncherConfig, run_config: RunConfigBase) -> Gk
         items.append(
             _priority_class(config.worker_priority, "inference workers and verifiers", never=True)
         )
+    if config.create_service_account:
+        items.append(_service_account(config))
     if objects.secret is not None:
         items.append(
             {
@@ -147,6 +165,18 @@ def _priority_class(
         # Workers wait for room rather than evict anyone.
         manifest["preemptionPolicy"] = "Never"
     return manifest
+
+
+def _service_account(config: GkeLauncherConfig) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": service_account_name(config),
+        "namespace": config.namespace,
+        # Shared by the runs of the namespace (their IAM binding names it): no run's label.
+        "labels": {"app.kubernetes.io/name": "rlax", "app.kubernetes.io/managed-by": "rlax"},
+    }
+    if config.gcp_service_account is not None:
+        metadata["annotations"] = {"iam.gke.io/gcp-service-account": config.gcp_service_account}
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata}
 
 
 def _metadata(

@@ -89,24 +89,37 @@ def pod_spec(
     node_selector: dict[str, str] | None = None,
     tolerations: list[dict[str, Any]] | None = None,
     extra_volumes: list[dict[str, Any]] | None = None,
+    spot: bool = False,
 ) -> dict[str, Any]:
-    """A pod spec with the run config (and credentials) mounted."""
+    """A pod spec with the run config (and credentials) mounted.
+
+    Every pod names its ServiceAccount (:func:`service_account_name`): with Workload
+    Identity, that is the identity its bucket access is granted to. A pod on Spot nodes
+    (``spot``) gets the grace period GKE honours there (``config.spot_grace_s``); other
+    pods get ``termination_grace_period_s``, which covers a trainer's checkpoint.
+    """
+    grace = config.spot_grace_s if spot else config.termination_grace_period_s
     spec: dict[str, Any] = {
         "restartPolicy": restart_policy,
         "priorityClassName": priority_class,
-        "terminationGracePeriodSeconds": config.termination_grace_period_s,
+        "serviceAccountName": service_account_name(config),
+        "terminationGracePeriodSeconds": grace,
         "containers": containers,
         "volumes": [*_config_volumes(objects), *(extra_volumes or [])],
     }
     if objects.merge_credentials:
         spec["initContainers"] = [_merge_container(config, objects)]
-    if config.service_account:
-        spec["serviceAccountName"] = config.service_account
     if node_selector:
         spec["nodeSelector"] = node_selector
     if tolerations:
         spec["tolerations"] = tolerations
     return spec
+
+
+def service_account_name(config: GkeLauncherConfig) -> str:
+    """The Kubernetes ServiceAccount the run's pods run as (the namespace's ``default``
+    when the config names none)."""
+    return config.service_account or "default"
 
 
 def _merge_container(config: GkeLauncherConfig, objects: RunObjects) -> dict[str, Any]:

@@ -123,6 +123,7 @@ def verifier_objects(
                 restart_policy="Always",
                 node_selector=_node_selector(config) or None,
                 tolerations=_tolerations(config) or None,
+                spot=config.verifiers.spot,
             ),
         },
     }

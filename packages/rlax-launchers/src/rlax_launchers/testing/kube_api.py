@@ -5,6 +5,9 @@ collection creates (409 ``AlreadyExists`` when the name is taken), ``GET`` reads
 (with an equality ``labelSelector``), ``PUT`` replaces (409 ``Conflict`` unless the
 body's ``resourceVersion`` is the stored one), ``DELETE`` removes (404 when absent). Every
 request is recorded. It validates nothing else: schema checks are the manifest tests'.
+CustomResourceDefinitions are objects like any other (:meth:`FakeKubernetesApi.install_crd`,
+:func:`jobset_crd`): the launcher reads them, the server does not serve their kinds from
+them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+# The failure-policy actions of JobSet before v0.12.0, and those v0.12.0 added.
+JOBSET_ACTIONS_BEFORE_V0_12 = ["FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"]
+JOBSET_ACTIONS = [*JOBSET_ACTIONS_BEFORE_V0_12, "RestartJob", "RestartJobAndIgnoreMaxRestarts"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,7 @@ class FakeKubernetesApi:
         refuse: HTTP status to answer every request with (e.g. 403), or None.
         missing_apis: path prefixes the server has no API for (a CRD that is not
             installed, e.g. ``/apis/keda.sh/``): 404 to every request under them.
+        forbidden_apis: path prefixes the caller may not use (RBAC): 403 under them.
     """
 
     def __init__(self) -> None:
@@ -51,6 +60,7 @@ class FakeKubernetesApi:
         self.requests: list[RecordedRequest] = []
         self.refuse: int | None = None
         self.missing_apis: list[str] = []
+        self.forbidden_apis: list[str] = []
         self._lock = threading.Lock()
         self._version = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -96,6 +106,10 @@ class FakeKubernetesApi:
         with self._lock:
             self._store(path, obj)
 
+    def install_crd(self, crd: dict[str, Any]) -> None:
+        """Stores a CustomResourceDefinition where the API server serves it."""
+        self.put_object(f"{CRD_PATH}/{crd['metadata']['name']}", crd)
+
     def _store(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         self._version += 1
         obj = json.loads(json.dumps(obj))
@@ -110,6 +124,8 @@ class FakeKubernetesApi:
     def _answer(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
         if self.refuse is not None:
             return self.refuse, _status(self.refuse, "Forbidden", "refused by the test")
+        if any(path.startswith(prefix) for prefix in self.forbidden_apis):
+            return 403, _status(403, "Forbidden", "forbidden by the test")
         if any(path.startswith(prefix) for prefix in self.missing_apis):
             return 404, _status(404, "NotFound", "the server could not find the requested resource")
         with self._lock:
@@ -173,6 +189,43 @@ class FakeKubernetesApi:
                 pass  # keep test output clean
 
         return Handler
+
+
+def jobset_crd(
+    actions: list[str], *, labels: dict[str, str] | None = None, version: str = "v1alpha2"
+) -> dict[str, Any]:
+    """A JobSet CustomResourceDefinition cut down to what the launcher reads: the served
+    version's failure-policy rule ``action`` enum (a real one holds the whole schema)."""
+    rules = {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"action": {"type": "string", "enum": list(actions)}},
+        },
+    }
+    failure_policy = {"type": "object", "properties": {"rules": rules}}
+    schema = {
+        "type": "object",
+        "properties": {"spec": {"type": "object", "properties": {"failurePolicy": failure_policy}}},
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "jobsets.jobset.x-k8s.io", "labels": dict(labels or {})},
+        "spec": {
+            "group": "jobset.x-k8s.io",
+            "names": {"kind": "JobSet", "plural": "jobsets"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
 
 
 def _is_collection(path: str) -> bool:
