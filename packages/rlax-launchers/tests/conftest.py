@@ -156,6 +156,29 @@ def gcloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return log
 
 
+@pytest.fixture
+def stub_wheels(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
+    """Makes the tpu-vm launcher's ``--apply`` ship stand-in wheels instead of building
+    and uploading real ones (test_tpu_vm_wheels.py builds them); returns the wheels of
+    each call."""
+    from rlax_launchers.tpu_vm import launcher as tpu_vm_launcher
+    from rlax_launchers.tpu_vm.wheels import Wheel, unbuilt_wheels
+
+    calls: list[list[Any]] = []
+
+    def ship(packages: list[Any], shared_run_dir: str, build_dir: Path) -> list[Wheel]:
+        calls.append(
+            [
+                Wheel(w.package, w.file_name, "0" * 64, w.url.replace("UNBUILT", "0" * 16))
+                for w in unbuilt_wheels(packages, shared_run_dir)
+            ]
+        )
+        return calls[-1]
+
+    monkeypatch.setattr(tpu_vm_launcher, "build_and_upload_wheels", ship)
+    return calls
+
+
 def _find_shared_schema(name: str) -> Path | None:
     """shared/schemas beside the repository (or beside a folder above a worktree)."""
     repo = Path(__file__).resolve().parents[3]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,15 +28,28 @@ SECTION = {
     "workers": {"accelerator_type": "v5p-8"},
 }
 
+# --apply builds and uploads the RLAX wheels: stand-ins here (see test_tpu_vm_wheels.py).
+pytestmark = pytest.mark.usefixtures("stub_wheels")
+
 
 def test_apply_runs_the_rendered_commands_in_order_and_writes_the_scripts(
-    gcloud: Path, write_run_config: Callable[..., Path], registry: Registry, tmp_path: Path
+    gcloud: Path,
+    write_run_config: Callable[..., Path],
+    registry: Registry,
+    tmp_path: Path,
+    stub_wheels: list[list[Any]],
 ) -> None:
     path = write_run_config(SECTION)
     run_dir = tmp_path / "run"
     assert main(["launch", str(path), "--apply", "--skip-checks", "--run-dir", str(run_dir)]) == 0
     run_config = load_run_config(path, registry)
-    plan = build_plan(run_config.launcher, run_config, run_dir, registry)
+    (shipped,) = stub_wheels  # built once, for every script
+    assert [w.package.name for w in shipped] == [
+        "rlax-core",
+        "rlax-transport-nats",
+        "rlax-verifiers",
+    ]
+    plan = build_plan(run_config.launcher, run_config, run_dir, registry, shipped)
     listing, *creates = recorded_commands(gcloud)
     assert listing[3:5] == ["tpu-vm", "list"]  # what exists already: nothing
     assert creates == plan.commands
@@ -113,6 +127,43 @@ def test_apply_again_recreates_only_the_preempted_slices(
     ]
 
 
+QUEUED = "projects/rl-project/locations/us-east5-a/queuedResources/{}"
+
+
+def test_apply_deletes_and_recreates_a_suspended_queued_resource(
+    gcloud: Path, write_run_config: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A preempted Spot queued resource is SUSPENDED, never resumed: it counts as failed."""
+    answers = tmp_path / "answers"
+    node = "projects/rl-project/locations/us-east5-a/nodes/{}"
+    (answers / "tpu-vm-list.json").write_text(
+        json.dumps([{"name": node.format(n), "state": "READY"} for n in ("demo-trainer",)])
+    )
+    (answers / "queued-resources-list.json").write_text(
+        json.dumps(
+            [
+                {"name": QUEUED.format("demo-trainer-qr"), "state": {"state": "ACTIVE"}},
+                {"name": QUEUED.format("demo-worker-0-qr"), "state": {"state": "SUSPENDED"}},
+                {"name": QUEUED.format("demo-worker-1-qr"), "state": {"state": "PROVISIONING"}},
+            ]
+        )
+    )
+    path = write_run_config({**SECTION, "queued_resources": True})
+    run_dir = tmp_path / "run"
+    assert main(["launch", str(path), "--apply", "--skip-checks", "--run-dir", str(run_dir)]) == 0
+    qr = ["gcloud", "compute", "tpus", "queued-resources"]
+    assert recorded_commands(gcloud)[2:] == [
+        [*qr, "delete", "demo-worker-0-qr", *WHERE, "--force", "--quiet"],
+        [
+            *qr, "create", "demo-worker-0-qr", "--node-id=demo-worker-0", *WHERE,
+            "--accelerator-type=v5p-8", "--runtime-version=v2-alpha-tpuv5", "--spot",
+            "--labels=rlax-run=demo,rlax-role=worker",
+            f"--metadata-from-file=startup-script={run_dir / 'launch' / 'worker-startup.sh'}",
+            "--metadata=rlax-worker-slice=0", "--scopes=cloud-platform",
+        ],
+    ]  # fmt: skip
+
+
 def test_status_reads_the_nodes_and_the_queued_resources(
     gcloud: Path,
     write_run_config: Callable[..., Path],
@@ -129,24 +180,35 @@ def test_status_reads_the_nodes_and_the_queued_resources(
             ]
         )
     )
-    queued = "projects/rl-project/locations/us-east5-a/queuedResources/{}"
     (answers / "queued-resources-list.json").write_text(
         json.dumps(
             [
                 {
-                    "name": queued.format("demo-worker-1-qr"),
+                    "name": QUEUED.format("demo-worker-1-qr"),
                     "state": {"state": "WAITING_FOR_RESOURCES"},
-                }
+                },
+                # Preempted as a Spot queued resource, its node still listed as READY.
+                {"name": QUEUED.format("demo-worker-2-qr"), "state": {"state": "SUSPENDING"}},
             ]
         )
     )
-    path = write_run_config({**SECTION, "queued_resources": True})
+    (answers / "tpu-vm-list.json").write_text(
+        json.dumps(
+            [
+                {"name": node.format("demo-trainer"), "state": "READY"},
+                {"name": node.format("demo-worker-0"), "state": "PREEMPTED"},
+                {"name": node.format("demo-worker-2"), "state": "READY"},
+            ]
+        )
+    )
+    path = write_run_config({**SECTION, "queued_resources": True}, workers=3)
     assert main(["launch", str(path), "--status"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert [row[:3] for row in rows] == [
         ["trainer", "demo-trainer", "running"],
         ["worker", "demo-worker-0", "failed"],
         ["worker", "demo-worker-1", "starting"],
+        ["worker", "demo-worker-2", "failed"],
     ]
     assert recorded_commands(gcloud) == [
         [

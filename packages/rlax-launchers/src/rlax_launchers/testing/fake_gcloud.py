@@ -3,7 +3,9 @@
 :func:`install_fake_gcloud` writes ``DIR/gcloud`` (a script that runs this module with
 the current interpreter). Each run appends its argv as one JSON line to ``$FAKE_GCLOUD_LOG``;
 prints ``$FAKE_GCLOUD_DIR/<command words>.json`` (the two words after ``compute tpus``, or
-after ``compute``: ``tpu-vm-list.json``, ``instances-list.json``) when it exists; and
+after ``compute``: ``tpu-vm-list.json``, ``instances-list.json``) when it exists, or for
+the Nth run of those words ``<command words>.N.json`` where that exists (``tpu-vm-list.1.json``
+answers the first listing, so a test scripts what each round of ``--watch`` sees); and
 fails with exit status 1 when its argv contains ``$FAKE_GCLOUD_FAIL_ON``, printing
 ``$FAKE_GCLOUD_FAIL_MESSAGE`` to standard error.
 """
@@ -50,8 +52,13 @@ def main(argv: list[str]) -> int:
     words = words[1:3] if words[:1] == ["tpus"] else words[:2]
     answers = os.environ.get("FAKE_GCLOUD_DIR")
     if answers:
-        answer = Path(answers) / f"{'-'.join(words)}.json"
-        if answer.exists():
-            sys.stdout.write(answer.read_text())
+        name = "-".join(words)
+        counter = Path(answers) / f".{name}.calls"
+        calls = int(counter.read_text()) + 1 if counter.exists() else 1
+        counter.write_text(str(calls))
+        for answer in (Path(answers) / f"{name}.{calls}.json", Path(answers) / f"{name}.json"):
+            if answer.exists():
+                sys.stdout.write(answer.read_text())
+                break
     print(f"fake gcloud: {' '.join(argv[:4])} done", file=sys.stderr)
     return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlax_launchers.tpu_slice import TpuSliceConfig
 
@@ -110,14 +110,17 @@ class TpuVmLauncherConfig(BaseModel):
     )
     pip_packages: list[str] | None = Field(
         default=None,
-        description="pip requirements installed on every host (null: the RLAX packages this "
-        "run uses at the installed versions, and jax[tpu] at the installed JAX version).",
+        description="pip requirements installed on every host from the index, instead of "
+        "the RLAX wheels --apply builds from this checkout and uploads to RUN_DIR/wheels "
+        "(null: those wheels, checked by sha256, and jax[tpu] at the installed JAX version).",
     )
     python_version: str = Field(
         default="3.11",
         pattern=r"^3\.[0-9]+$",
-        description="Python of the hosts' virtual environment (uv installs it; the TPU VM "
-        "images ship an older one).",
+        description="Python of the hosts' virtual environment: apt installs pythonX.Y and "
+        "pythonX.Y-venv from the image's archive (the TPU VM images are Ubuntu 22.04, whose "
+        "own python3 is 3.10 and whose archive has 3.11), and the venv is made with "
+        "/usr/bin/pythonX.Y; no interpreter is downloaded. RLAX needs 3.11 or newer.",
     )
     apt_packages: list[str] = Field(
         default_factory=lambda: ["bubblewrap", "g++"],
@@ -140,3 +143,13 @@ class TpuVmLauncherConfig(BaseModel):
         description="Seconds a role has after SIGTERM (a trainer writes its checkpoint) "
         "before it is killed.",
     )
+
+    @field_validator("python_version")
+    @classmethod
+    def _python_rlax_runs_on(cls, value: str) -> str:
+        if int(value.split(".")[1]) < 11:
+            raise ValueError(
+                f"RLAX needs Python 3.11 or newer, not {value}: use '3.11' (in the TPU VM "
+                "images' Ubuntu 22.04 archive) or a newer one the image's archive has"
+            )
+        return value

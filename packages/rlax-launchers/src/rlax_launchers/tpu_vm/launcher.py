@@ -13,6 +13,7 @@ from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts import Launcher, ProcessStatus, RenderedArtifact
 from rlax_core.errors import RlaxError
 from rlax_core.plugins.registry import BuildContext, Registry
+from rlax_launchers.run_identity import shared_run_dir
 from rlax_launchers.tpu_vm.commands import (
     SliceNode,
     delete_command,
@@ -31,7 +32,8 @@ from rlax_launchers.tpu_vm.instances import (
     staged,
     verifier_instances,
 )
-from rlax_launchers.tpu_vm.plan import LAUNCH_SUBDIR, build_plan, slice_nodes
+from rlax_launchers.tpu_vm.plan import LAUNCH_SUBDIR, build_plan, shipped_packages, slice_nodes
+from rlax_launchers.tpu_vm.wheels import WHEELS_SUBDIR, Wheel, build_and_upload_wheels
 
 # TPU node states (Cloud TPU API) and queued-resource states → ProcessStatus.state.
 _NODE_STATES = {
@@ -52,8 +54,10 @@ _QUEUED_STATES = {
     "PROVISIONING": "starting",
     "CREATING": "starting",
     "ACTIVE": "running",
-    "SUSPENDING": "stopped",
-    "SUSPENDED": "stopped",
+    # A preempted Spot queued resource is suspended, and stays so: it is never resumed,
+    # only deleted and created again, as a failed one is.
+    "SUSPENDING": "failed",
+    "SUSPENDED": "failed",
     "DELETING": "stopped",
     "FAILED": "failed",
 }
@@ -80,23 +84,41 @@ class TpuVmLauncher(Launcher):
         self.config = config
         self.registry = registry
         self.run_config = run_config
+        self._wheels: list[Wheel] | None = None
 
     def render(self, run_config: RunConfigBase, run_dir: Path) -> list[RenderedArtifact]:
-        """The start-up scripts and the ``gcloud`` commands that create the slices."""
+        """The start-up scripts and the ``gcloud`` commands that create the slices.
+
+        Nothing is built: the scripts name the RLAX wheels unbuilt, with placeholder
+        hashes (see :mod:`rlax_launchers.tpu_vm.wheels`); ``--apply`` builds them.
+        """
         return build_plan(self.config, run_config, run_dir, self.registry).artifacts()
 
     def launch(self, run_config: RunConfigBase, run_dir: Path) -> None:
-        """Writes the start-up scripts under ``run_dir/launch`` and creates the slices.
+        """Builds and uploads the RLAX wheels, writes the start-up scripts under
+        ``run_dir/launch`` and creates the slices.
 
         Idempotent, so it also repairs a run: a slice that exists is left alone, one that
-        was preempted (or whose queued resource failed) is deleted and created again, a
-        missing one is created. The verifier machines follow, the same way.
+        was preempted (or whose queued resource failed, or was suspended: a preempted
+        Spot queued resource) is deleted and created again, a missing one is created. The
+        verifier machines follow, the same way. The wheels are built once per launcher
+        (``--watch`` calls this every round) into ``run_dir/launch/wheels`` and uploaded
+        to ``RUN_DIR/wheels/`` (none with ``launcher.pip_packages``).
 
         Raises:
+            ConfigError: the run cannot be placed, or its run directory is not ``gs://``.
+            RlaxError: the wheels could not be built or uploaded.
             GcloudError: ``gcloud`` is missing, or a command failed (the slices before it
                 exist: ``--stop`` deletes them).
         """
-        plan = build_plan(self.config, run_config, run_dir, self.registry)
+        if self._wheels is None and not self.config.pip_packages:
+            shared_dir = shared_run_dir(run_config, self.config.run_dir, launcher="tpu-vm")
+            self._wheels = build_and_upload_wheels(
+                shipped_packages(self.config, run_config, self.registry),
+                shared_dir,
+                run_dir / LAUNCH_SUBDIR / WHEELS_SUBDIR,
+            )
+        plan = build_plan(self.config, run_config, run_dir, self.registry, self._wheels)
         for path, text in plan.scripts.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
@@ -108,7 +130,10 @@ class TpuVmLauncher(Launcher):
                 print(f"{node.node} exists ({state}); left as it is", file=sys.stderr)
                 continue
             if state == "failed":
-                print(f"{node.node} was preempted or failed; recreating it", file=sys.stderr)
+                print(
+                    f"{node.node} was preempted, suspended or failed; recreating it",
+                    file=sys.stderr,
+                )
                 _run(delete_command(node, self.config))
             _run(command)
             created += 1
@@ -190,10 +215,14 @@ class TpuVmLauncher(Launcher):
             state: str | None = None
             if node.node in nodes:
                 state = _NODE_STATES.get(nodes[node.node].get("state", ""), "starting")
-            elif node.queued_resource in queued:
+            if node.queued_resource in queued:
                 raw = queued[node.queued_resource].get("state", {})
                 raw = raw.get("state", "") if isinstance(raw, dict) else raw
-                state = _QUEUED_STATES.get(raw, "starting")
+                queued_state = _QUEUED_STATES.get(raw, "starting")
+                # A suspended or failed queued resource fails its slice whatever its node
+                # (if still listed) says; otherwise the node, once there, says more.
+                if state is None or queued_state == "failed":
+                    state = queued_state
             states[node.node] = state
         return states
 

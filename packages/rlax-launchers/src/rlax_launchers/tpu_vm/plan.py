@@ -10,7 +10,7 @@ that judges in a stage also gets its verifier machines (CPU instances, see
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rlax_core.config.run_config import RunConfigBase
@@ -25,7 +25,7 @@ from rlax_launchers.role_commands import (
     worker_command,
 )
 from rlax_launchers.run_identity import resource_prefix, shared_run_dir
-from rlax_launchers.run_packages import run_requirements
+from rlax_launchers.run_packages import RunPackage, jax_requirement, run_packages
 from rlax_launchers.tpu_slice import TpuSliceShape
 from rlax_launchers.tpu_vm.commands import SliceNode, create_command
 from rlax_launchers.tpu_vm.config import TpuVmLauncherConfig
@@ -42,9 +42,11 @@ from rlax_launchers.tpu_vm.startup import (
     Unit,
     startup_script,
     trainer_host_facts,
+    transport_lookup_command,
     verifier_host_facts,
     worker_host_facts,
 )
+from rlax_launchers.tpu_vm.wheels import Wheel, unbuilt_wheels
 from rlax_launchers.transport_placement import transport_placement
 
 LAUNCH_SUBDIR = "launch"
@@ -138,9 +140,22 @@ def slice_nodes(
 
 
 def build_plan(
-    config: TpuVmLauncherConfig, run_config: RunConfigBase, run_dir: Path, registry: Registry
+    config: TpuVmLauncherConfig,
+    run_config: RunConfigBase,
+    run_dir: Path,
+    registry: Registry,
+    wheels: list[Wheel] | None = None,
 ) -> TpuVmPlan:
     """The slices, their start-up scripts and the commands that create them.
+
+    Args:
+        config: the launcher section.
+        run_config: the run config.
+        run_dir: the local folder of the launcher's files (the scripts go to ``launch/``).
+        registry: the installed plugins.
+        wheels: the RLAX wheels the hosts install (:func:`shipped_packages`, built and
+            uploaded); None names them unbuilt, as ``--dry-run`` shows them. Unused when
+            ``launcher.pip_packages`` is set.
 
     Raises:
         ConfigError: the run cannot be placed (see :func:`slice_nodes`,
@@ -160,11 +175,21 @@ def build_plan(
         secrets_dir=SECRETS_DIR,
         split_inline_credentials=False,
     )
-    packages = config.pip_packages or run_requirements(
-        run_config, registry, server_extra=placement.server_extra, jax_extra="tpu"
+    if config.pip_packages:
+        wheels, requirements = [], list(config.pip_packages)
+        verifier_requirements = requirements
+    else:
+        if wheels is None:
+            wheels = unbuilt_wheels(shipped_packages(config, run_config, registry), shared_dir)
+        requirements = [jax_requirement("tpu")]
+        # Judging needs no accelerator: JAX for CPU, not libtpu.
+        verifier_requirements = [jax_requirement("cpu")]
+    lookup = transport_lookup_command(
+        trainer_node=trainer.node, project=config.project, zone=config.zone
     )
     common = {
         "cluster_config": cluster_config,
+        "wheels": wheels,
         "apt_packages": config.apt_packages,
         "python_version": config.python_version,
         "stop_timeout_s": config.stop_timeout_s,
@@ -197,7 +222,7 @@ def build_plan(
             f"({_hosts(trainer.shape.hosts)})",
             host_facts=trainer_host_facts(),
             units=trainer_units,
-            pip_packages=packages,
+            requirements=requirements,
             **common,
         ),
     }
@@ -205,24 +230,17 @@ def build_plan(
         scripts[workers[0].script] = startup_script(
             title=f"RLAX run {prefix}: worker slices {prefix}-worker-* "
             f"({_hosts(workers[0].shape.hosts)} each)",
-            host_facts=worker_host_facts(
-                trainer_node=trainer.node, project=config.project, zone=config.zone
-            ),
+            host_facts=worker_host_facts(),
             units=[worker_unit],
-            pip_packages=packages,
+            requirements=requirements,
+            transport_lookup=lookup,
             **common,
         )
     if verifiers:
-        # Judging needs no accelerator: JAX for CPU, not libtpu.
-        verifier_packages = config.pip_packages or run_requirements(
-            run_config, registry, server_extra=None, jax_extra="cpu"
-        )
         scripts[verifiers[0].script] = startup_script(
             title=f"RLAX run {prefix}: verifier machines {prefix}-verifier-* "
             f"({config.verifiers.machine_type}, one verifier each)",
-            host_facts=verifier_host_facts(
-                trainer_node=trainer.node, project=config.project, zone=config.zone
-            ),
+            host_facts=verifier_host_facts(),
             units=[
                 Unit(
                     "rlax-verifier",
@@ -231,8 +249,9 @@ def build_plan(
                     "on-failure",
                 )
             ],
-            pip_packages=verifier_packages,
-            **common,
+            requirements=verifier_requirements,
+            transport_lookup=lookup,
+            **{**common, "wheels": [_without_extra(w) for w in wheels]},
         )
     return TpuVmPlan(
         prefix,
@@ -243,6 +262,25 @@ def build_plan(
         [create_command(s, config, prefix) for s in [trainer, *workers]],
         [create_instance_command(v, config, prefix) for v in verifiers],
     )
+
+
+def shipped_packages(
+    config: TpuVmLauncherConfig, run_config: RunConfigBase, registry: Registry
+) -> list[RunPackage]:
+    """The RLAX distributions every host installs as wheels (the transport's with its
+    server extra: host 0 of the trainer slice runs the server, and all hosts share one
+    set of wheels).
+
+    Raises:
+        ConfigError: the transport cannot serve a tpu-vm run.
+    """
+    placement = transport_placement(run_config, "tpu-vm")
+    return run_packages(run_config, registry, server_extra=placement.server_extra)
+
+
+def _without_extra(wheel: Wheel) -> Wheel:
+    """The wheel installed plain: a verifier runs no transport server."""
+    return replace(wheel, package=replace(wheel.package, extra=None))
 
 
 def _hosts(count: int) -> str:

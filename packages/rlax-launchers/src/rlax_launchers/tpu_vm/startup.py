@@ -1,19 +1,31 @@
-"""The start-up scripts of the TPU VM slices.
+"""The start-up scripts of the TPU VM slices (and of the verifier machines).
 
 Every host of a slice runs its slice's script at boot (the ``startup-script`` metadata
 key), so one script serves all hosts (``--worker=all`` by construction), and a host that
 reboots after maintenance comes back into the run by itself. The script:
 
 1. asks the metadata server which host it is (``agent-worker-number``, the
-   ``jax.distributed`` process id) and where host 0 is (``worker-network-endpoints``:
-   the coordinator, and on the trainer slice the transport server);
-2. installs the packages (uv makes a Python 3.11+ virtual environment);
+   ``jax.distributed`` process id) and, on the trainer slice, where host 0 is
+   (``worker-network-endpoints``: the coordinator and the transport server);
+2. installs the image's Python (``python3.11`` and ``python3.11-venv`` from Ubuntu's
+   archive, ``python_version``) with apt and makes the virtual environment with it, so
+   nothing downloads an interpreter; then copies the RLAX wheels ``--apply`` uploaded to
+   the run directory, checks their sha256 and installs them (their third-party
+   dependencies, and ``jax[tpu]``, from the index; see :mod:`~rlax_launchers.tpu_vm.wheels`);
 3. writes the run config (and any credential files, mode 600);
 4. writes systemd units for its roles and starts them: on the trainer slice, the
    transport server on host 0 and a trainer process on every host; on a worker slice,
    one worker per host; on a verifier machine (a CPU instance, one host), one verifier.
    systemd restarts a role that fails; ``systemctl stop`` sends SIGTERM, so a trainer
    writes its checkpoint before teardown.
+
+Workers and verifiers find the transport server (the trainer slice's host 0) with
+``gcloud compute tpus tpu-vm describe``, and not once: :data:`RESOLVE_SCRIPT` runs before
+every (re)start of their role (``ExecStartPre=``) and writes the address it finds into
+the run config (from :data:`CONFIG_TEMPLATE_PATH`) and the host env file. A trainer slice
+that was preempted and created again has a new address; a worker that cannot reach the
+old one exits after ``transport.reconnect_timeout_s``, systemd restarts it, and the
+restart reaches the new one. While the trainer slice is missing, the lookup waits.
 """
 
 from __future__ import annotations
@@ -23,8 +35,12 @@ import shlex
 from dataclasses import dataclass
 
 from rlax_launchers.cluster_config import ClusterRunConfig
+from rlax_launchers.tpu_vm.wheels import UNBUILT, Wheel
 
 CONFIG_PATH = "/etc/rlax/run.yaml"
+CONFIG_TEMPLATE_PATH = "/etc/rlax/run.yaml.in"
+RESOLVE_SCRIPT = "/etc/rlax/resolve-transport-host"
+WHEELS_DIR = "/opt/rlax/wheels"
 SECRETS_DIR = "/etc/rlax/secrets"
 HOST_ENV = "/etc/rlax/host.env"
 VENV = "/opt/rlax/venv"
@@ -58,28 +74,35 @@ def startup_script(
     title: str,
     host_facts: str,
     cluster_config: ClusterRunConfig,
-    pip_packages: list[str],
+    wheels: list[Wheel],
+    requirements: list[str],
     apt_packages: list[str],
     python_version: str,
     units: list[Unit],
     stop_timeout_s: int,
+    transport_lookup: list[str] | None = None,
 ) -> str:
     """The whole script of one slice.
 
     Args:
         title: first comment line, e.g. ``RLAX run demo: trainer slice demo-trainer``.
-        host_facts: shell lines that set ``PROCESS_ID``, ``TRANSPORT_HOST`` and whatever
-            else the units' ``${VAR}`` words use (see :func:`trainer_host_facts`).
+        host_facts: shell lines that set ``PROCESS_ID``, ``TRANSPORT_HOST`` (unless
+            ``transport_lookup`` finds it) and whatever else the units' ``${VAR}`` words
+            use (see :func:`trainer_host_facts`).
         cluster_config: the run config the processes read.
-        pip_packages: requirements installed into the virtual environment.
+        wheels: the RLAX wheels, copied from the run directory and checked by sha256.
+        requirements: pip requirements installed with them from the index (``jax[tpu]``;
+            or all of ``launcher.pip_packages``, with no wheels).
         apt_packages: Debian packages installed first.
-        python_version: Python of the virtual environment.
+        python_version: the Python of the virtual environment, ``python{X.Y}`` from apt.
         units: the slice's roles.
         stop_timeout_s: seconds a role has after SIGTERM.
+        transport_lookup: the command that prints the transport server's address; when
+            given, :func:`resolve_script` runs it before every start of a role.
     """
     variables = sorted({v for unit in units for v in _variables(unit.command)} | {"PROCESS_ID"})
-    apt = " ".join(shlex.quote(p) for p in ["python3-pip", *apt_packages])
-    pip = " ".join(shlex.quote(p) for p in pip_packages)
+    python = f"python{python_version}"
+    apt = " ".join(shlex.quote(p) for p in [python, f"{python}-venv", *apt_packages])
     lines = [
         "#!/bin/bash",
         f"# {title}",
@@ -93,22 +116,38 @@ def startup_script(
         host_facts.rstrip(),
         "",
         "# Packages.",
+        "# The venv is made with the image's Python, from apt: no interpreter is downloaded.",
         "export DEBIAN_FRONTEND=noninteractive",
         # Waits for the dpkg lock that unattended-upgrades holds after boot (apt >= 1.9.11).
         "APT='apt-get -o DPkg::Lock::Timeout=900'",
         f"$APT update -qq && $APT install -y -qq --no-install-recommends {apt}",
-        "python3 -m pip install --quiet --upgrade uv",
-        f"[ -x {VENV}/bin/python ] || python3 -m uv venv --python {python_version} {VENV}",
-        f"python3 -m uv pip install --quiet --python {VENV}/bin/python {pip}",
+        f"[ -x {VENV}/bin/python ] || /usr/bin/{python} -m venv {VENV}",
+        f"{VENV}/bin/python -m pip install --quiet --upgrade pip",
+        *_install_lines(wheels, requirements),
         "",
         "# The run config and this host's facts.",
         "install -d -m 700 /etc/rlax " + SECRETS_DIR,
-        f"cat > {CONFIG_PATH} <<'RLAX_RUN_CONFIG'",
-        cluster_config.yaml().rstrip(),
-        "RLAX_RUN_CONFIG",
-        f'sed -i "s/{TRANSPORT_HOST_PLACEHOLDER}/${{TRANSPORT_HOST}}/g" {CONFIG_PATH}',
-        f"chmod 600 {CONFIG_PATH}",
     ]
+    if transport_lookup is None:
+        lines += [
+            f"cat > {CONFIG_PATH} <<'RLAX_RUN_CONFIG'",
+            cluster_config.yaml().rstrip(),
+            "RLAX_RUN_CONFIG",
+            f'sed -i "s/{TRANSPORT_HOST_PLACEHOLDER}/${{TRANSPORT_HOST}}/g" {CONFIG_PATH}',
+            f"chmod 600 {CONFIG_PATH}",
+        ]
+    else:
+        lines += [
+            f"# {RESOLVE_SCRIPT} writes {CONFIG_PATH} from this before every start of a role.",
+            f"cat > {CONFIG_TEMPLATE_PATH} <<'RLAX_RUN_CONFIG'",
+            cluster_config.yaml().rstrip(),
+            "RLAX_RUN_CONFIG",
+            f"chmod 600 {CONFIG_TEMPLATE_PATH}",
+            f"cat > {RESOLVE_SCRIPT} <<'RLAX_RESOLVE'",
+            resolve_script(transport_lookup).rstrip(),
+            "RLAX_RESOLVE",
+            f"chmod 700 {RESOLVE_SCRIPT}",
+        ]
     for key, content in sorted(cluster_config.credential_files.items()):
         encoded = base64.encodebytes(content).decode().rstrip()
         lines += [
@@ -120,15 +159,45 @@ def startup_script(
     lines.append(f": > {HOST_ENV}")
     lines += [f'echo "{v}=${{{v}}}" >> {HOST_ENV}' for v in variables]
     lines += ["", "# The roles, as systemd services."]
+    resolves = transport_lookup is not None
     for unit in units:
-        lines += _unit_lines(unit, stop_timeout_s)
+        lines += _unit_lines(unit, stop_timeout_s, resolves=resolves)
     lines.append("systemctl daemon-reload")
+    # --no-block: a role whose start waits for the trainer slice's address (ExecStartPre)
+    # must not hold up the end of the start-up script.
+    restart = "systemctl restart --no-block" if resolves else "systemctl restart"
     for unit in units:
-        start = f"systemctl enable {unit.name}.service && systemctl restart {unit.name}.service"
+        start = f"systemctl enable {unit.name}.service && {restart} {unit.name}.service"
         if unit.only_on_host_0:
             start = f'if [ "$PROCESS_ID" = 0 ]; then {start}; fi'
         lines.append(start)
     return "\n".join(lines) + "\n"
+
+
+def _install_lines(wheels: list[Wheel], requirements: list[str]) -> list[str]:
+    """Copies the wheels, checks their sha256, installs them with ``requirements``."""
+    pip = f"{VENV}/bin/python -m pip install --quiet"
+    if not wheels:
+        return [" ".join([pip, *(shlex.quote(r) for r in requirements)])]
+    lines = ["# RLAX itself: the wheels `rlax launch --apply` built, checked by their sha256."]
+    if any(w.sha256 == UNBUILT for w in wheels):
+        lines.append(
+            "# (A dry run: --apply builds and uploads the wheels, and writes their hashes here.)"
+        )
+    lines += [
+        f"rm -rf {WHEELS_DIR} && install -d {WHEELS_DIR}",
+        shlex.join(["gcloud", "storage", "cp", *(w.url for w in wheels), f"{WHEELS_DIR}/"]),
+        "sha256sum --check --strict <<'RLAX_WHEELS'",
+        *(f"{w.sha256}  {WHEELS_DIR}/{w.file_name}" for w in wheels),
+        "RLAX_WHEELS",
+    ]
+    installs = [
+        f"{w.package.name}{f'[{w.package.extra}]' if w.package.extra else ''} "
+        f"@ file://{WHEELS_DIR}/{w.file_name}"
+        for w in wheels
+    ]
+    lines.append(" ".join([pip, *(shlex.quote(r) for r in [*installs, *requirements])]))
+    return lines
 
 
 def trainer_host_facts() -> str:
@@ -146,58 +215,93 @@ def trainer_host_facts() -> str:
     )
 
 
-def worker_host_facts(*, trainer_node: str, project: str, zone: str) -> str:
-    """Shell lines of a worker host: its worker id, and where the transport server is."""
+def worker_host_facts() -> str:
+    """Shell lines of a worker host: its worker id (its transport: :func:`resolve_script`)."""
     return "\n".join(
         [
             "PROCESS_ID=$(metadata agent-worker-number)",
             f"WORKER_ID=$(metadata {WORKER_SLICE_METADATA_KEY})-$PROCESS_ID",
-            _transport_host_line(trainer_node=trainer_node, project=project, zone=zone),
         ]
     )
 
 
-def verifier_host_facts(*, trainer_node: str, project: str, zone: str) -> str:
-    """Shell lines of a verifier machine: its verifier id, and where the transport server is.
-
-    Args:
-        trainer_node: the trainer slice, whose host 0 runs the transport server.
-        project: the project of the TPU VMs.
-        zone: the zone of the trainer slice (not of the verifier machine).
-    """
+def verifier_host_facts() -> str:
+    """Shell lines of a verifier machine: its verifier id (its transport:
+    :func:`resolve_script`)."""
     return "\n".join(
         [
             "# One verifier per machine; PROCESS_ID is in every host's env file.",
             "PROCESS_ID=0",
             f"VERIFIER_ID=$(metadata {VERIFIER_ID_METADATA_KEY})",
-            _transport_host_line(trainer_node=trainer_node, project=project, zone=zone),
         ]
     )
 
 
-def _transport_host_line(*, trainer_node: str, project: str, zone: str) -> str:
-    describe = shlex.join(
-        [
-            "gcloud",
-            "compute",
-            "tpus",
-            "tpu-vm",
-            "describe",
-            trainer_node,
-            f"--project={project}",
-            f"--zone={zone}",
-            "--format=value(networkEndpoints[0].ipAddress)",
-        ]
-    )
-    return "\n".join(
-        [
-            "# The transport server runs on the trainer slice's host 0; wait for its address.",
-            f'until TRANSPORT_HOST=$({describe}) && [ -n "$TRANSPORT_HOST" ]; do sleep 30; done',
-        ]
+def transport_lookup_command(*, trainer_node: str, project: str, zone: str) -> list[str]:
+    """The command that prints the transport server's address: the trainer slice's host 0.
+
+    Args:
+        trainer_node: the trainer slice, whose host 0 runs the transport server.
+        project: the project of the TPU VMs.
+        zone: the zone of the trainer slice (not of a verifier machine).
+    """
+    return [
+        "gcloud",
+        "compute",
+        "tpus",
+        "tpu-vm",
+        "describe",
+        trainer_node,
+        f"--project={project}",
+        f"--zone={zone}",
+        "--format=value(networkEndpoints[0].ipAddress)",
+    ]
+
+
+def resolve_script(lookup: list[str], *, retry_s: int = 30) -> str:
+    """The script a worker's or verifier's unit runs before every start (``ExecStartPre=``).
+
+    It runs ``lookup`` until that prints an address (the trainer slice may be missing
+    while ``--apply`` creates it again), then writes the run config from
+    :data:`CONFIG_TEMPLATE_PATH` with that address, and ``TRANSPORT_HOST`` into the host
+    env file, each replaced whole (a new file renamed over the old).
+
+    Args:
+        lookup: the command that prints the address (:func:`transport_lookup_command`).
+        retry_s: seconds between lookups.
+    """
+    return (
+        "\n".join(
+            [
+                "#!/bin/bash",
+                "# Finds the transport server and writes its address into the run config and the",
+                "# host env file; systemd runs it before every (re)start of the role, so a role",
+                "# restarted after its transport moved (a recreated trainer slice) reaches the new",
+                "# address. See rlax_launchers/tpu_vm/startup.py.",
+                "set -euo pipefail",
+                'export PATH="$PATH:/snap/bin"  # gcloud of Ubuntu images (systemd lacks it)',
+                f'until TRANSPORT_HOST=$({shlex.join(lookup)}) && [ -n "$TRANSPORT_HOST" ]; do',
+                f'  echo "no transport server address yet; looking again in {retry_s}s" >&2',
+                f"  sleep {retry_s}",
+                "done",
+                f'sed "s/{TRANSPORT_HOST_PLACEHOLDER}/${{TRANSPORT_HOST}}/g" {CONFIG_TEMPLATE_PATH}'
+                f" > {CONFIG_PATH}.new",
+                f"chmod 600 {CONFIG_PATH}.new",
+                f"mv -f {CONFIG_PATH}.new {CONFIG_PATH}",
+                f"{{ grep -v '^TRANSPORT_HOST=' {HOST_ENV} || true; "
+                f'echo "TRANSPORT_HOST=${{TRANSPORT_HOST}}"; }} > {HOST_ENV}.new',
+                f"mv -f {HOST_ENV}.new {HOST_ENV}",
+                'echo "transport server: ${TRANSPORT_HOST}" >&2',
+            ]
+        )
+        + "\n"
     )
 
 
-def _unit_lines(unit: Unit, stop_timeout_s: int) -> list[str]:
+def _unit_lines(unit: Unit, stop_timeout_s: int, *, resolves: bool) -> list[str]:
+    # A role that looks up its transport first waits as long as the trainer slice is
+    # missing: no start timeout (the default 90 s would fail it, over and over).
+    resolve = [f"ExecStartPre={RESOLVE_SCRIPT}", "TimeoutStartSec=infinity"] if resolves else []
     return [
         f"cat > /etc/systemd/system/{unit.name}.service <<'RLAX_UNIT'",
         "[Unit]",
@@ -208,6 +312,7 @@ def _unit_lines(unit: Unit, stop_timeout_s: int) -> list[str]:
         "",
         "[Service]",
         f"EnvironmentFile={HOST_ENV}",
+        *resolve,
         f"ExecStart={systemd_command_line([f'{VENV}/bin/{unit.command[0]}', *unit.command[1:]])}",
         f"Restart={unit.restart}",
         "RestartSec=10",
