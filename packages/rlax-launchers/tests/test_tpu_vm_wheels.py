@@ -2,9 +2,9 @@
 them to the run directory, and every start-up script installs exactly those files,
 checked by exactly their sha256.
 
-The bucket is a local folder here: the upload is replaced by a copy into it (the real
-upload is tested against a local target below), and the hosts' ``gcloud storage cp`` by a
-``cp`` from it.
+The bucket is fake-gcs-server's, which the launcher uploads to through gcsfs as it would
+to Cloud Storage; the tests read it back into a local folder, and the hosts' ``gcloud
+storage cp`` is a ``cp`` from there.
 """
 
 from __future__ import annotations
@@ -24,10 +24,13 @@ import pytest
 import yaml
 
 from rlax_core.cli.main import main
+from rlax_core.storage import filesystem, storage_path
+from rlax_core.testing.object_stores import clear_client_caches, start_fake_gcs
 from rlax_launchers.run_packages import RunPackage
 from rlax_launchers.testing.fake_gcloud import install_fake_gcloud
-from rlax_launchers.tpu_vm import wheels as wheels_module
 from rlax_launchers.tpu_vm.wheels import Wheel, upload_wheels
+
+pytestmark = pytest.mark.network  # fake-gcs-server
 
 SECTION = {
     "type": "tpu-vm",
@@ -69,26 +72,29 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Applied:
         pytest.fail("uv is not on PATH (nor in $UV); run the tests through ./scripts/test")
     root = tmp_path_factory.mktemp("applied")
     bucket = root / "bucket"
-
-    def upload(paths: list[Path], wheels: list[Wheel]) -> None:
-        for path, wheel in zip(paths, wheels, strict=True):
-            target = bucket / wheel.url.removeprefix("gs://bucket/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
-
     config = root / "demo.yaml"
     config.write_text(yaml.safe_dump(RUN, sort_keys=False))
     run_dir = root / "run"
     (root / "answers").mkdir()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(wheels_module, "upload_wheels", upload)
-        patch.setenv("PATH", f"{install_fake_gcloud(root / 'bin').parent}:{os.environ['PATH']}")
-        patch.setenv("FAKE_GCLOUD_LOG", str(root / "gcloud.log"))
-        patch.setenv("FAKE_GCLOUD_DIR", str(root / "answers"))
-        assert (
-            main(["launch", str(config), "--apply", "--skip-checks", "--run-dir", str(run_dir)])
-            == 0
-        )
+    store = start_fake_gcs(root / "gcs", bucket="bucket")
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in store.env.items():
+                patch.setenv(key, value)
+            clear_client_caches()
+            patch.setenv("PATH", f"{install_fake_gcloud(root / 'bin').parent}:{os.environ['PATH']}")
+            patch.setenv("FAKE_GCLOUD_LOG", str(root / "gcloud.log"))
+            patch.setenv("FAKE_GCLOUD_DIR", str(root / "answers"))
+            command = ["launch", str(config), "--apply", "--skip-checks", "--run-dir", str(run_dir)]
+            assert main(command) == 0
+            uploaded = filesystem(storage_path("gs://bucket/runs")).find("gs://bucket/runs")
+            for url in uploaded:  # what the bucket holds, as a local folder
+                target = bucket / url.removeprefix("bucket/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(storage_path(f"gs://{url}").read_bytes())
+    finally:
+        store.stop()
+        clear_client_caches()
     built = {p.name.split("-")[0]: p for p in (run_dir / "launch" / "wheels").glob("*.whl")}
     return Applied(run_dir, bucket, built)
 
