@@ -151,3 +151,19 @@ def test_rlax_load_plugins_with_an_unknown_name_is_an_error(
     monkeypatch.setenv("RLAX_LOAD_PLUGINS", "rlax-nope")
     with pytest.raises(PluginError, match=r"'rlax-nope', which is not an installed rlax plugin"):
         load_registry()
+
+
+def test_a_hook_that_raises_is_a_plugin_error_naming_the_plugin() -> None:
+    class Broken:
+        @hookimpl
+        def register_judges(self, register):
+            raise ValueError("no such model")
+
+    manager = make_plugin_manager(load_entry_points=False)
+    manager.register(Broken(), name="broken-judges")
+    with pytest.raises(
+        PluginError,
+        match=r"the rlax plugin 'broken-judges' failed while plugins load: register_judges "
+        r"raised ValueError: no such model \(at test_plugins.py:\d+\)",
+    ):
+        collect_registry(manager)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
+import traceback
 from collections.abc import Iterable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -100,7 +102,12 @@ def collect_registry(pm: pluggy.PluginManager) -> Registry:
                     )
                 )
 
-            impl.function(register=register)
+            try:
+                impl.function(register=register)
+            except PluginError:
+                raise  # the registry's refusal (a clash, a bad config class): it names both
+            except Exception as exc:  # a broken third-party plugin must not be a traceback
+                raise PluginError(_hook_failure(pm, impl.plugin_name, hook_name, exc)) from exc
     return registry
 
 
@@ -156,6 +163,33 @@ def _find_broken_entry_point(
             package = ep.dist.name if ep.dist else "?"
             return f"{ep.name!r} ({ep.value}, from package {package})"
     return repr(name) if name else "(unknown)"
+
+
+def _hook_failure(
+    pm: pluggy.PluginManager, plugin_name: str, hook_name: str, exc: Exception
+) -> str:
+    """What failed (the entry point and its package), where, and how to go on without it."""
+    where = ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})"
+    failure = f"{hook_name} raised {type(exc).__name__}: {exc}{where}"
+    packages = {pm.get_name(p): dist.project_name for p, dist in pm.list_plugin_distinfo()}
+    if plugin_name not in packages:  # registered directly (tests, embedding)
+        return f"the rlax plugin {plugin_name!r} failed while plugins load: {failure}"
+    package = packages[plugin_name]
+    entry_point = next(
+        (f"{ep.name} = {ep.value}" for ep in _installed_entry_points() if ep.name == plugin_name),
+        plugin_name,
+    )
+    others = sorted({p for p in packages.values() if p != package})
+    skip = f"{LOAD_PLUGINS_ENV}={','.join(others)}" if others else f"{LOAD_PLUGINS_ENV}="
+    return (
+        f"the rlax plugin {plugin_name!r} of package {package} (entry point "
+        f"'{entry_point}') failed while plugins load: {failure}; fix, upgrade or "
+        f"uninstall {package}, or run without it: {skip} (the plugins to load, by "
+        "package or entry-point name)"
+    )
 
 
 def _plugin_origins(pm: pluggy.PluginManager) -> dict[str, tuple[str, str]]:
