@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -54,7 +55,8 @@ def test_every_command_is_built() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "rlax_core.cli", "--help"], capture_output=True, text=True
     )
-    for command in ("train", "verify", "launch", "plugins", "config", "bench", "serve", "plot"):
+    for command in ("train", "eval", "status", "verify", "launch", "plugins", "config", "bench",
+                    "serve", "plot"):  # fmt: skip
         assert command in result.stdout
 
 
@@ -141,3 +143,66 @@ def test_rendered_artifacts_print_as_yaml_or_as_a_shell_script(tmp_path) -> None
     )
     result = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True)
     assert result.stdout == "echo 'hi' $HOME\n"  # written verbatim, then the command ran
+
+
+def test_a_closed_pipe_ends_a_command_quietly() -> None:
+    # `rlax config schema | head -1`: the reader leaves after one line, long before the
+    # schema (tens of kilobytes, past the pipe's buffer) is written.
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "rlax_core.cli", "config", "schema"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert writer.stdout is not None and writer.stderr is not None
+    assert writer.stdout.readline().strip() == b"{"
+    writer.stdout.close()
+    err = writer.stderr.read().decode()
+    assert writer.wait(timeout=120) == 141  # as SIGPIPE ends a C program
+    assert err == ""  # no traceback, no "Exception ignored"
+
+
+def test_a_plugin_whose_hook_raises_is_named_with_how_to_skip_it(tmp_path) -> None:
+    # A real entry point: a distribution's metadata on the path, as pip would install it.
+    (tmp_path / "raising_plugin.py").write_text(
+        "from rlax_core.hookspecs import hookimpl\n\n\n"
+        "@hookimpl\ndef register_judges(register):\n    raise RuntimeError('boom')\n"
+    )
+    dist_info = tmp_path / "rlax_raising-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlax-raising\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text("[rlax]\nraising = raising_plugin\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("RLAX_LOAD_PLUGINS", None)
+    rlax = [sys.executable, "-m", "rlax_core.cli"]
+    result = subprocess.run([*rlax, "config", "schema"], env=env, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    err = result.stderr
+    assert "the rlax plugin 'raising' of package rlax-raising" in err
+    assert "entry point 'raising = raising_plugin'" in err
+    assert "register_judges raised RuntimeError: boom (at raising_plugin.py:6)" in err
+    skip = err.split("run without it: ")[1].split()[0]
+    assert skip.startswith("RLAX_LOAD_PLUGINS=") and "rlax-verifiers" in skip
+    assert "rlax-raising" not in skip
+    env["RLAX_LOAD_PLUGINS"] = skip.split("=", 1)[1]  # what the message says works
+    result = subprocess.run([*rlax, "plugins", "--json"], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "rlax-raising" not in result.stdout
+
+
+def test_train_says_what_it_starts_in_words() -> None:
+    from argparse import Namespace
+
+    from rlax_core.cli.train_cmd import _starting
+    from rlax_core.config import load_run_config
+    from rlax_core.config.overrides import parse_overrides
+
+    def starting(role: str = "all", *sets: str, **args: object) -> str:
+        config = load_run_config("examples/quickstart.yaml", overrides=parse_overrides(sets))
+        given = {"worker_id": "w0", "verifier_id": "v0", "num_processes": None, **args}
+        return _starting(Namespace(role=role, **given), config)
+
+    assert starting() == "the embedded run: the trainer, 1 worker (judging its own rollouts)"
+    staged = ("rollout.workers=2", "verifier.placement=stage", "verifier.workers=3")
+    assert starting("all", *staged) == "the embedded run: the trainer, 2 workers, 3 verifiers"
+    assert starting("worker") == "worker w0"
+    assert starting("trainer", num_processes=2, process_id=1) == "the trainer (process 1 of 2)"

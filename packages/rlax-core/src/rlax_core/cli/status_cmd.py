@@ -1,6 +1,9 @@
-"""``rlax status RUN_DIR``: each process of a run, its policy version and its throughput.
+"""``rlax status RUN_DIR``: how far the run got, then each process of it, its policy
+version and its throughput.
 
-The rows come from :func:`rlax_core.run_dir.status.collect_status`; this module prints them.
+The rows come from :func:`rlax_core.run_dir.status.collect_status`, the run's progress
+(finished, running or stopped, at which step) from
+:func:`rlax_core.run_dir.status.run_progress`; this module prints them.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlax_core.run_dir.process_table import pid_alive
-from rlax_core.run_dir.status import ProcessRow, collect_status
+from rlax_core.run_dir.status import ProcessRow, collect_status, describe_run, run_progress
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -35,6 +38,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([row.__dict__ for row in rows], indent=1))
         return 0
     console = Console(width=140)
+    progress = run_progress(args.run_dir)
+    if progress is not None:
+        running = any(row.alive for row in rows)
+        for line in describe_run(args.run_dir, progress, running=running):
+            console.print(line, highlight=False, markup=False)
     if table is not None:
         alive = "running" if pid_alive(table.launcher_pid) else "not running"
         console.print(f"launcher pid {table.launcher_pid} ({alive})")

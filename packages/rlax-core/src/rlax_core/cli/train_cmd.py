@@ -13,8 +13,10 @@ from typing import NoReturn
 
 from rlax_core.config.loading import load_run_config
 from rlax_core.config.overrides import add_set_argument, parse_overrides
+from rlax_core.config.run_config import RunConfigBase
 from rlax_core.errors import ConfigError, RlaxError
 from rlax_core.run_dir.layout import default_run_dir, resumable
+from rlax_core.run_dir.status import describe_run, run_progress
 
 # A trainer process that stopped because a peer was terminated: not a success (a
 # supervisor must restart it with its peers: all of a trainer's processes start
@@ -57,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     """Loads the config, installs signal handlers and runs the role; 130 when stopped."""
     config = load_run_config(args.config, overrides=parse_overrides(args.overrides))
     if args.resume and args.role == "all":
-        finished_at = resumable(default_run_dir(config, args.run_dir), config)
+        finished_at = resumable(default_run_dir(config, args.run_dir), config,
+                                args.config.resolve().parent)  # fmt: skip
         if finished_at is not None:
             print(
                 f"rlax train: the run in {default_run_dir(config, args.run_dir)} finished at "
@@ -105,11 +108,10 @@ def run(args: argparse.Namespace) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
-    name = {"worker": f"worker {args.worker_id}", "verifier": f"verifier {args.verifier_id}"}
-    name = name.get(args.role, args.role)
-    print(f"rlax train: the {name} is starting", file=sys.stderr, flush=True)
+    print(f"rlax train: starting {_starting(args, config)}", file=sys.stderr, flush=True)
     config_dir = args.config.resolve().parent
     progress = not args.no_progress
+    finished = None
     if args.role == "worker":
         start.run_worker(config, config_dir, args.run_dir, worker_id=args.worker_id, stop=stop,
                          working=working)  # fmt: skip
@@ -135,11 +137,37 @@ def run(args: argparse.Namespace) -> int:
             )
             return PEER_STOPPED
     else:
-        start.run_all(config, config_dir, args.run_dir, resume=args.resume, stop=stop,
-                      progress=progress)  # fmt: skip
+        finished = start.run_all(config, config_dir, args.run_dir, resume=args.resume, stop=stop,
+                                 progress=progress)  # fmt: skip
+    if finished is not None and args.process_id in (None, 0):  # the trainer's leader
+        run_dir = default_run_dir(config, args.run_dir)
+        ended = run_progress(run_dir)
+        if ended is not None:
+            print("\n".join(describe_run(run_dir, ended)), flush=True)
     if stopped_by_signal:
         return 128 + stopped_by_signal[0]
     return 0
+
+
+def _starting(args: argparse.Namespace, config: RunConfigBase) -> str:
+    """What this process runs, in words: ``the embedded run: the trainer, 2 workers, 1
+    verifier`` (the counts from the config), ``the trainer``, ``worker w0``."""
+    if args.role == "worker":
+        return f"worker {args.worker_id}"
+    if args.role == "verifier":
+        return f"verifier {args.verifier_id}"
+    if args.role == "trainer":
+        if args.num_processes is not None:
+            return f"the trainer (process {args.process_id} of {args.num_processes})"
+        return "the trainer"
+    workers = config.rollout.workers
+    parts = ["the trainer", f"{workers} worker{'s' if workers > 1 else ''}"]
+    if config.verifier is not None and config.verifier.placement == "stage":
+        verifiers = config.verifier.workers
+        parts.append(f"{verifiers} verifier{'s' if verifiers > 1 else ''}")
+    else:
+        parts[-1] += " (judging its own rollouts)" if workers == 1 else " (each judging its own)"
+    return "the embedded run: " + ", ".join(parts)
 
 
 def _leave_multihost_trainer(exc: Exception) -> NoReturn:

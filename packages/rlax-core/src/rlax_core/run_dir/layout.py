@@ -1,8 +1,12 @@
 """Where a run directory is, and its resolved config: created, or checked before a resume.
 
-``RUN_DIR/config.yaml`` holds the run config with every default written out. A resume
-may change only the schedules and the step budget (:data:`RESUMABLE_CHANGES`);
-anything else would silently train something other than what was started.
+``RUN_DIR/config.yaml`` holds the run config with every default written out, every path
+the run reads made absolute and ``run.run_dir`` set to the run directory, so that
+``rlax train RUN_DIR/config.yaml --resume`` continues the run as it is, from any working
+directory. A resume may change only the schedules and the step budget
+(:data:`RESUMABLE_CHANGES`); anything else would silently train something other than
+what was started. Paths are compared resolved: the config the run started from (its
+paths relative to its own folder) and the saved one resume the same run.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from rlax_core.errors import ConfigError
-from rlax_core.storage import AnyPath, storage_path, write_text_atomically
+from rlax_core.storage import AnyPath, is_remote, storage_path, write_text_atomically
 
 if TYPE_CHECKING:
     from rlax_core.config.run_config import RunConfigBase
@@ -41,17 +45,50 @@ def default_run_dir(config: RunConfigBase, given: str | os.PathLike[str] | None 
     return storage_path(given or config.run.run_dir or Path("runs") / config.run.name)
 
 
+def resolved_config(config: RunConfigBase, config_dir: Path, run_dir: AnyPath) -> dict[str, Any]:
+    """The run config as ``RUN_DIR/config.yaml`` holds it (see the module docstring).
+
+    Args:
+        config_dir: the folder of the config file (its relative paths start there).
+        run_dir: the run directory.
+    """
+    resolved = _absolute_paths(config.model_dump(mode="json"), config_dir)
+    resolved["run"]["run_dir"] = str(run_dir) if is_remote(run_dir) else os.path.abspath(run_dir)
+    return resolved
+
+
+def _absolute_paths(data: dict[str, Any], config_dir: Path) -> dict[str, Any]:
+    """``data`` (a dumped run config) with each local path the run reads made absolute:
+    ``model.path``, ``model.tokenizer``, each dataset's ``path``."""
+
+    def absolute(holder: dict[str, Any] | None, key: str) -> None:
+        if holder is None:
+            return
+        value = holder.get(key)
+        if isinstance(value, str) and "://" not in value:  # a bucket's URL stays as it is
+            holder[key] = os.path.abspath(storage_path(value, Path(config_dir)))
+
+    absolute(data.get("model"), "path")
+    absolute(data.get("model"), "tokenizer")
+    datasets = data.get("data") or {}
+    for dataset in [*(datasets.get("train") or []), datasets.get("eval")]:
+        absolute(dataset, "path")
+    return data
+
+
 def prepare(
     run_dir: AnyPath,
     config: RunConfigBase,
     *,
     resume: bool,
     has_checkpoint: bool,
+    config_dir: Path,
     write: bool = True,
 ) -> None:
     """Creates the run directory, or checks that resuming it is safe.
 
     Args:
+        config_dir: the folder of the config file (its relative paths start there).
         write: write the resolved config (False on all but one process of a trainer).
 
     Raises:
@@ -59,7 +96,7 @@ def prepare(
             config differs from the one it was started with in what it trains.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolved = config.model_dump(mode="json")
+    resolved = resolved_config(config, config_dir, run_dir)
     saved_path = run_dir / CONFIG_FILE
     if has_checkpoint and not resume:
         raise ConfigError(
@@ -67,7 +104,9 @@ def prepare(
             "or choose another --run-dir"
         )
     if has_checkpoint and saved_path.exists():
-        saved = yaml.safe_load(saved_path.read_text())
+        # A run directory from before paths were saved resolved holds them relative to
+        # the folder of the config it was started from: the one given now.
+        saved = _absolute_paths(yaml.safe_load(saved_path.read_text()), config_dir)
         changed = [key for key in _diff(saved, resolved) if not key.startswith(RESUMABLE_CHANGES)]
         if changed:
             raise ConfigError(
@@ -80,8 +119,9 @@ def prepare(
     write_text_atomically(saved_path, yaml.safe_dump(resolved, sort_keys=False))
 
 
-def resumable(run_dir: AnyPath, config: RunConfigBase) -> int | None:
-    """Checks that ``--resume`` has a run to continue in ``run_dir``.
+def resumable(run_dir: AnyPath, config: RunConfigBase, config_dir: Path) -> int | None:
+    """Checks that ``--resume`` has a run to continue in ``run_dir`` (``config_dir``: the
+    folder of the config file).
 
     Returns:
         None when the run goes on; the last step when it already finished
@@ -107,7 +147,7 @@ def resumable(run_dir: AnyPath, config: RunConfigBase) -> int | None:
     last = max(steps, default=0)
     if last < config.trainer.total_steps:
         return None
-    prepare(run_dir, config, resume=True, has_checkpoint=True, write=False)
+    prepare(run_dir, config, resume=True, has_checkpoint=True, config_dir=config_dir, write=False)
     return last
 
 

@@ -13,11 +13,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from rlax_core.errors import ConfigError
+from rlax_core.run_dir.layout import CONFIG_FILE, FINAL_DIR
+from rlax_core.run_dir.metrics import MetricsFileError, read_metrics
 from rlax_core.run_dir.process_table import TABLE_FILE, ProcessTable, pid_alive, read_table
 from rlax_core.storage import AnyPath, write_text_atomically
 
@@ -151,3 +155,75 @@ def _row(
         backlog=status.get("backlog"),
         engine=status.get("engine"),
     )
+
+
+@dataclass
+class RunProgress:
+    """How far a run got, as its run directory tells: ``config.yaml``, ``metrics.jsonl``
+    and ``final/``.
+
+    Attributes:
+        step: the last RL step logged (0: none trained yet).
+        total_steps: the step budget of the run's resolved config.
+        finished: the budget was reached and ``final/`` written (what ``--resume`` finds
+            nothing left to do in).
+        evaluation: the last evaluation's ``eval/…`` metrics; empty if none.
+        eval_step: the step of that evaluation.
+    """
+
+    step: int
+    total_steps: int
+    finished: bool
+    evaluation: dict[str, float] = field(default_factory=dict)
+    eval_step: int | None = None
+
+    def pass_at_k(self) -> str:
+        """``pass@1 0.930, pass@8 0.990`` of the last evaluation (empty if none)."""
+        ks = sorted(
+            (int(key.split("@")[1]), value)
+            for key, value in self.evaluation.items()
+            if key.startswith("eval/pass@") and value is not None
+        )
+        return ", ".join(f"pass@{k} {value:.3f}" for k, value in ks)
+
+
+def run_progress(run_dir: AnyPath) -> RunProgress | None:
+    """How far the run in ``run_dir`` got; None when it holds no run (no ``config.yaml``)."""
+    try:
+        saved = yaml.safe_load((run_dir / CONFIG_FILE).read_text())
+        total = int(saved["trainer"]["total_steps"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        return None
+    try:
+        rows = read_metrics(run_dir)
+    except MetricsFileError:
+        rows = []
+    step = max((row["step"] for row in rows), default=0)
+    evaluated = [row for row in rows if any(key.startswith("eval/") for key in row)]
+    progress = RunProgress(step, total, finished=step >= total and (run_dir / FINAL_DIR).exists())
+    if evaluated:
+        last = evaluated[-1]
+        progress.evaluation = {k: v for k, v in last.items() if k.startswith("eval/")}
+        progress.eval_step = last["step"]
+    return progress
+
+
+def describe_run(run_dir: AnyPath, progress: RunProgress, *, running: bool = False) -> list[str]:
+    """What a run came to, in a few lines: what ``rlax train`` prints when it ends and
+    ``rlax status`` above its table."""
+    evaluation = progress.pass_at_k()
+    held_out = f"; held-out {evaluation} at step {progress.eval_step}" if evaluation else ""
+    if progress.finished:
+        final = run_dir / FINAL_DIR
+        return [
+            f"finished: {progress.step} steps trained{held_out}",
+            f"  the trained policy: {final} (Hugging Face safetensors: rlax eval "
+            f"{run_dir / CONFIG_FILE} --checkpoint {final}; rlax serve policy --model {final})",
+            f"  metrics: {run_dir / 'metrics.jsonl'}, {run_dir / 'tensorboard'}; plots: "
+            f"rlax plot {run_dir} (into {run_dir / 'plots'})",
+        ]
+    state = "running" if running else "stopped"
+    lines = [f"{state}: step {progress.step} of {progress.total_steps}{held_out}"]
+    if not running:
+        lines.append(f"  continue it: rlax train {run_dir / CONFIG_FILE} --resume")
+    return lines

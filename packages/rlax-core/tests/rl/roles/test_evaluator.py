@@ -109,11 +109,19 @@ def test_a_multi_turn_environment_evaluates_episodes() -> None:
     evaluator = Evaluator(model, tokenizer=tokenizer, judge=judge, prompts=PROMPTS,
                           config=EvalSection(samples_per_prompt=3, ks=[1, 3]), rollout=rollout,
                           stop_token_ids=(), seed=5, environment=environment)  # fmt: skip
-    metrics = evaluator.run(model)
+    evaluated = []
+    metrics = evaluator.run(model, on_prompt=evaluated.append)
     assert metrics["eval/turns_mean"] == 2.0
     assert len(environment.turns) == 2 * 3 * len(PROMPTS)
     assert len(judge.seen) == 3 * len(PROMPTS)
     assert all(text in environment.turns for _, text in judge.seen)  # each is a model turn
+    # What `rlax eval --out` writes: each prompt's episodes whole, the judged turn last.
+    assert [e.example_id for e in evaluated] == [example_id for example_id, _, _ in PROMPTS]
+    for prompt in evaluated:
+        judged = [text for example_id, text in judge.seen if example_id == prompt.example_id]
+        assert len(prompt.completions) == len(prompt.verdicts) == len(judged) == 3
+        for episode, turn in zip(prompt.completions, judged, strict=True):
+            assert turn.strip() in episode and len(episode) > len(turn)
     assert 0.0 <= metrics["eval/pass@1"] <= 1.0
     with pytest.raises(ConfigError, match="needs the rollout engine"):
         Evaluator(model, tokenizer=tokenizer, judge=judge, prompts=PROMPTS,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rlax_core.config.sections import EvalSection, RolloutSection
@@ -22,6 +23,24 @@ from rlax_core.types.verdict import Verdict, VerdictStatus
 
 # Completions sampled in one generate call: bounds the evaluation's memory.
 ROWS_PER_CALL = 256
+
+
+@dataclass(frozen=True)
+class EvaluatedPrompt:
+    """One held-out prompt with its samples as they were judged (``rlax eval --out``).
+
+    Attributes:
+        example_id / prompt_tokens / problem: the prompt, as given to the evaluator.
+        completions: each sample's text (with a multi-turn environment: the whole
+            episode after the prompt, the environment's turns included).
+        verdicts: the judge's verdict on each sample (or the environment's).
+    """
+
+    example_id: str
+    prompt_tokens: list[int]
+    problem: dict[str, Any]
+    completions: list[str]
+    verdicts: list[Verdict]
 
 
 class Evaluator:
@@ -93,9 +112,20 @@ class Evaluator:
             stop_token_ids=stop_token_ids,
         )
 
-    def run(self, model: Qwen) -> dict[str, float]:
+    @property
+    def num_prompts(self) -> int:
+        """How many held-out prompts an evaluation samples (``eval.max_prompts`` at most)."""
+        return len(self._prompts)
+
+    def run(
+        self, model: Qwen, on_prompt: Callable[[EvaluatedPrompt], None] | None = None
+    ) -> dict[str, float]:
         """pass@k for each configured k, and the mean reward, of ``model`` (and, with a
-        multi-turn environment, the mean number of model turns)."""
+        multi-turn environment, the mean number of model turns).
+
+        Args:
+            on_prompt: called with each prompt's samples and verdicts, in prompt order.
+        """
         self._sampler.set_model(model)
         self._turns = 0
         n = self._config.samples_per_prompt
@@ -115,19 +145,26 @@ class Evaluator:
                 texts = [self._tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
                 verdicts = judge_isolated(self._judge, problems, texts)
             else:
-                verdicts = self._episode_verdicts(chunk, seeds, problems)
+                verdicts, texts = self._episode_verdicts(chunk, seeds, problems)
             for row, verdict in enumerate(verdicts):
                 correct[start + row // n] += verdict.status == VerdictStatus.AC
                 if verdict.reward is not None:
                     rewards.append(verdict.reward)
+            for i, (example_id, tokens, problem) in enumerate(chunk if on_prompt else ()):
+                rows = slice(i * n, (i + 1) * n)
+                on_prompt(
+                    EvaluatedPrompt(example_id, list(tokens), problem, texts[rows], verdicts[rows])
+                )
         metrics = pass_at_k_metrics(correct, n, self._config.ks)
         if self._episodes is not None:
             metrics["eval/turns_mean"] = self._turns / max(1, len(self._prompts) * n)
         metrics["eval/reward_mean"] = sum(rewards) / len(rewards) if rewards else float("nan")
         return metrics
 
-    def _episode_verdicts(self, chunk, seeds: list[int], problems: list) -> list[Verdict]:
-        """The verdicts of the chunk's samples run as episodes (prompt-major)."""
+    def _episode_verdicts(
+        self, chunk, seeds: list[int], problems: list
+    ) -> tuple[list[Verdict], list[str]]:
+        """The verdicts and texts of the chunk's samples run as episodes (prompt-major)."""
         assert self._episodes is not None
         n = self._config.samples_per_prompt
         requests = [
@@ -144,5 +181,7 @@ class Evaluator:
         judged = iter(judge_isolated(
             self._judge, [p for p, d in zip(problems, decided, strict=True) if not d], texts
         ))  # fmt: skip
-        return [environment_verdict(e) if d else next(judged)
-                for (_, e), d in zip(samples, decided, strict=True)]  # fmt: skip
+        verdicts = [environment_verdict(e) if d else next(judged)
+                    for (_, e), d in zip(samples, decided, strict=True)]  # fmt: skip
+        episodes = [self._tokenizer.decode(s.tokens, skip_special_tokens=True) for s, _ in samples]
+        return verdicts, episodes

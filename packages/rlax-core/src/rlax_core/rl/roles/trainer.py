@@ -92,6 +92,7 @@ class TrainerRun:
             config,
             resume=resume,
             has_checkpoint=self.checkpoints.latest_step() is not None,
+            config_dir=config_dir,
             write=self.processes.is_leader,
         )
         self.tokenizer = components.load_tokenizer(config, config_dir)
@@ -162,14 +163,14 @@ class TrainerRun:
         host = self._publish()
         # At once (then after every step): a fresh trainer shows in `rlax status`.
         self.duties.report("trainer", {"step": self.step, "policy_version": self.version})
-        if not self.resumed:
-            self.duties.log(0, {"policy_version": self.version, **self._evaluate(host)})
-            if self.config.checkpoint.at_start or self.config.warm_start.steps:
-                self._checkpoint()  # the warm start is never redone
-        del host  # the first version's arrays: held here, they would outlive it all run
         progress = self.duties.progress
         with progress:
             progress.update(self.step, {})
+            if not self.resumed:
+                self.duties.log(0, {"policy_version": self.version, **self._evaluate(host)})
+                if self.config.checkpoint.at_start or self.config.warm_start.steps:
+                    self._checkpoint()  # the warm start is never redone
+            del host  # the first version's arrays: held here, they would outlive it all run
             while self.step < total:
                 if not self._train_one(stop):
                     break
@@ -310,8 +311,14 @@ class TrainerRun:
             self.environment.bind(self.tokenizer)
             demonstrate = demonstration(section.turns, self.environment, self.tokenizer, eos)
         losses: list[float] = []
-        model = warm_start(model, next_example, demonstrate, section,
-                           on_step=lambda step, loss: losses.append(loss))  # fmt: skip
+
+        with self.duties.progress.warm_start(section.steps) as show:
+
+            def on_step(step: int, loss: float) -> None:
+                losses.append(loss)
+                show(step, loss)
+
+            model = warm_start(model, next_example, demonstrate, section, on_step=on_step)
         final_loss = losses[-1] if losses else None
         self.duties.report("warm_start", {"steps": len(losses), "final_loss": final_loss})
         return model

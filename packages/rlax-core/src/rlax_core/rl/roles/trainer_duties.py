@@ -221,10 +221,14 @@ class LeaderDuties(TrainerDuties):
     def evaluate(self, policy: Callable[[], Qwen]) -> dict[str, float]:
         if self.evaluator is None:
             return {}
-        model = policy()
-        metrics = self.evaluator.run(model)
+        n = self._eval_config.eval.samples_per_prompt
+        samples = f"{self.evaluator.num_prompts} prompts × {n} samples"
+        with self.progress.evaluating(samples):
+            model = policy()
+            metrics = self.evaluator.run(model)
         if self.evaluator_without_tools is not None:
-            alone = self.evaluator_without_tools.run(model)
+            with self.progress.evaluating(f"{samples}, the tools unanswered"):
+                alone = self.evaluator_without_tools.run(model)
             metrics.update(
                 {f"eval_without_tools/{k.split('/', 1)[1]}": v for k, v in alone.items()}
             )
