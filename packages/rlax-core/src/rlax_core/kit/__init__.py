@@ -27,7 +27,7 @@ plugin in this workspace imports any other part of core.
   programs, and chat messages as the chat template reads them.
 - :mod:`rlax_core.kit.launcher`: the run directory as launchers read and write it (the
   process table, events, status rows, metrics) and child processes that die with
-  their parent.
+  their parent, and the storage layer that reaches a run directory in a bucket.
 
 ``rlax_core.__version__`` may be read too.
 """

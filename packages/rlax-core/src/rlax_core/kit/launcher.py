@@ -1,10 +1,12 @@
-"""The launcher kit: the run directory as launchers read and write it, and child processes.
+"""The launcher kit: the run directory as launchers read and write it, child processes,
+and the storage layer that reaches a run directory in a bucket.
 
 A launcher that supervises processes records them in the run directory's process table
 (``launcher.json``), appends start and exit events, and notes preemptions, so that
 ``rlax status`` and ``rlax preempt`` find them without importing the launcher. The
 formats are core's (:mod:`rlax_core.run_dir`); this module is the part of them a
-launcher may use.
+launcher may use. A run directory may be ``gs://…`` or ``s3://…``: :func:`storage_path`
+and :func:`filesystem` reach it as the run itself does (:mod:`rlax_core.storage`).
 """
 
 from rlax_core.child_processes import signal_when_parent_dies
@@ -26,6 +28,7 @@ from rlax_core.run_dir.process_table import (
     write_table,
 )
 from rlax_core.run_dir.status import ProcessRow, collect_status
+from rlax_core.storage import filesystem, is_remote, remote_scheme, storage_path
 
 __all__ = [
     "EVENTS_FILE",
@@ -40,12 +43,16 @@ __all__ = [
     "ProcessTable",
     "append_event",
     "collect_status",
+    "filesystem",
+    "is_remote",
     "mark_preempting",
     "pid_alive",
     "read_events",
     "read_metrics",
     "read_table",
+    "remote_scheme",
     "signal_when_parent_dies",
+    "storage_path",
     "take_preempting",
     "write_table",
 ]

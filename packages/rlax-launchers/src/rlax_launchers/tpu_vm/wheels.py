@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlax_core.errors import ConfigError, RlaxError
-from rlax_core.storage import filesystem, remote_scheme, storage_path
+from rlax_core.kit.launcher import filesystem, remote_scheme, storage_path
 from rlax_launchers.run_packages import RunPackage
 
 WHEELS_SUBDIR = "wheels"
