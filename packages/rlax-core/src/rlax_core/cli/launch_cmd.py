@@ -36,8 +36,7 @@ from rlax_core.contracts.launcher import Launcher, RenderedArtifact
 from rlax_core.errors import ConfigError, RlaxError
 from rlax_core.plugins.manager import load_registry
 from rlax_core.plugins.registry import BuildContext
-from rlax_core.run_dir.layout import FINAL_DIR
-from rlax_core.run_dir.status import STATUS_DIR
+from rlax_core.run_dir.status import STATUS_DIR, reached_the_end
 from rlax_core.storage import AnyPath, storage_path
 
 _SCRIPT_END = "RLAX_SCRIPT_END"
@@ -252,7 +251,7 @@ def run_finished(run_dir: AnyPath, total_steps: int) -> bool:
         step = json.loads(path.read_text()).get("step")
     except (json.JSONDecodeError, AttributeError):
         return False
-    return isinstance(step, int) and step >= total_steps and (run_dir / FINAL_DIR).exists()
+    return isinstance(step, int) and reached_the_end(run_dir, step, total_steps)
 
 
 def _finished(shared: AnyPath, total_steps: int) -> bool:

@@ -187,6 +187,12 @@ class RunProgress:
         return ", ".join(f"pass@{k} {value:.3f}" for k, value in ks)
 
 
+def reached_the_end(run_dir: AnyPath, step: int, total_steps: int) -> bool:
+    """The rule for a finished run: its step budget reached and its final policy exported
+    (``final/``, written after the last step)."""
+    return step >= total_steps and (run_dir / FINAL_DIR).exists()
+
+
 def run_progress(run_dir: AnyPath) -> RunProgress | None:
     """How far the run in ``run_dir`` got; None when it holds no run (no ``config.yaml``)."""
     try:
@@ -200,7 +206,7 @@ def run_progress(run_dir: AnyPath) -> RunProgress | None:
         rows = []
     step = max((row["step"] for row in rows), default=0)
     evaluated = [row for row in rows if any(key.startswith("eval/") for key in row)]
-    progress = RunProgress(step, total, finished=step >= total and (run_dir / FINAL_DIR).exists())
+    progress = RunProgress(step, total, finished=reached_the_end(run_dir, step, total))
     if evaluated:
         last = evaluated[-1]
         progress.evaluation = {k: v for k, v in last.items() if k.startswith("eval/")}
