@@ -62,6 +62,22 @@ class ChecksumMismatchError(TransportError):
     """
 
 
+class ManifestError(TransportError):
+    """A version's manifest is malformed or claims what no policy version can be (an
+    unknown dtype, byte counts that do not match the shapes, sizes past the limits).
+
+    Raised by a server before it commits anything, and by a client before it reads a
+    byte; the version is never used.
+    """
+
+
+class ForgedVersionError(TransportError):
+    """A version is not signed by the run's key, or replays an older signed one.
+
+    A worker reports it and keeps the weights it has; it never samples with the version.
+    """
+
+
 class VersionNotFoundError(TransportError):
     """The requested policy version was never published or has been evicted."""
 

@@ -11,6 +11,7 @@ from rlax_core import __version__
 from rlax_core.cli import (
     bench_cmd,
     config_cmd,
+    credentials_cmd,
     eval_cmd,
     launch_cmd,
     plot_cmd,
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmd.add_parser(commands)
     verify_cmd.add_parser(commands)
     serve_cmd.add_parser(commands)
+    credentials_cmd.add_parser(commands)
     launch_cmd.add_parser(commands)
     train_cmd.add_parser(commands)
     eval_cmd.add_parser(commands)

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from rlax_core.config.loading import load_run_config
 from rlax_core.config.overrides import add_set_argument, merge_overrides, parse_overrides
-from rlax_core.contracts.transport import TransportServer
+from rlax_core.contracts.transport import ServerSecurity, TransportServer
 from rlax_core.errors import ConfigError, RlaxError
 from rlax_core.plugins.manager import load_registry
 from rlax_core.plugins.registry import BuildContext, Registry
@@ -57,6 +57,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=20,
         help="the most alternatives per token a request may ask for (0: none)",
     )
+    sub.add_argument(
+        "--insecure",
+        action="store_true",
+        help="param-server: serve a non-loopback address without authentication or TLS "
+        "(a lab network you trust; anyone who reaches the port can then publish weights)",
+    )
     sub.add_argument("--transport", help="transport type, e.g. grpc or nats")
     sub.add_argument("--config", type=Path, help="a run config whose transport section to use")
     add_set_argument(sub, "one transport setting")
@@ -74,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             config_path=args.config,
             overrides=parse_overrides(args.overrides),
         )
+        check_exposure(server.security(), insecure=args.insecure)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -88,6 +95,35 @@ def run(args: argparse.Namespace) -> int:
         server.stop()
     print("stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def check_exposure(security: ServerSecurity, *, insecure: bool) -> None:
+    """Refuses a server that others can reach without credentials or TLS, unless told.
+
+    Raises:
+        ConfigError: not loopback, not both authenticated and encrypted, no ``--insecure``.
+    """
+    if security.safe:
+        return
+    missing = " and ".join(
+        what
+        for what, on in (("authentication", security.authenticated), ("TLS", security.encrypted))
+        if not on
+    )
+    if not insecure:
+        raise ConfigError(
+            f"the server would listen on {security.host}, which other machines can reach, "
+            f"without {missing}: whoever reaches it could publish the weights every worker "
+            "samples with. Give each role a credential and the server a certificate "
+            "(`rlax credentials DIR`; transport.credentials_file, server.credentials_dir, "
+            "the TLS files), listen on 127.0.0.1, or pass --insecure on a network you trust"
+        )
+    print(
+        f"warning: serving on {security.host} without {missing} (--insecure): anyone who "
+        "reaches the port can publish weights and rollouts",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _policy_server(args: argparse.Namespace) -> PolicyServer:

@@ -20,7 +20,7 @@ from rlax_core.contracts.launcher import (
 from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
 from rlax_core.contracts.prompts import PromptExample, PromptSource
 from rlax_core.contracts.queue import Queue
-from rlax_core.contracts.transport import Transport, TransportServer
+from rlax_core.contracts.transport import ServerSecurity, Transport, TransportServer
 from rlax_core.contracts.verifier import Judge, Program, RunRequest, SandboxBackend
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "RenderedArtifact",
     "RunRequest",
     "SandboxBackend",
+    "ServerSecurity",
     "Tool",
     "ToolError",
     "Transport",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 from rlax_core.contracts.parameter_store import ParameterStore
 from rlax_core.contracts.queue import Queue
@@ -35,6 +37,38 @@ class Transport(ABC):
         self.close()
 
 
+@dataclass(frozen=True)
+class ServerSecurity:
+    """How exposed a transport server is.
+
+    Attributes:
+        host: the address it listens on (``0.0.0.0`` for every interface).
+        authenticated: every client must present a credential the server checks.
+        encrypted: clients connect over TLS.
+    """
+
+    host: str
+    authenticated: bool
+    encrypted: bool
+
+    @property
+    def loopback(self) -> bool:
+        """Only this machine can connect (``127.0.0.0/8``, ``::1``, ``localhost``)."""
+        host = self.host.strip("[]")
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False  # a name other than localhost may resolve anywhere
+
+    @property
+    def safe(self) -> bool:
+        """Loopback, or authenticated and encrypted: what ``rlax serve`` accepts without
+        ``--insecure``."""
+        return self.loopback or (self.authenticated and self.encrypted)
+
+
 class TransportServer(ABC):
     """The server process side of a networked transport (a NATS server, a gRPC service).
 
@@ -52,6 +86,15 @@ class TransportServer(ABC):
     @abstractmethod
     def address(self) -> str:
         """Where clients connect, e.g. ``nats://127.0.0.1:4222`` or ``127.0.0.1:50051``."""
+
+    def security(self) -> ServerSecurity:
+        """Where the server listens and whether it checks credentials and encrypts.
+
+        The default reads the host from :attr:`address` and claims neither, so a server
+        that does not say is treated as open; plugins override it.
+        """
+        hostport = self.address.split("://", 1)[-1]
+        return ServerSecurity(hostport.rsplit(":", 1)[0], authenticated=False, encrypted=False)
 
     @abstractmethod
     def start(self) -> None:

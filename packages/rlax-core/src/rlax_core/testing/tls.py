@@ -1,16 +1,17 @@
-"""Throwaway TLS material for tests of networked transports (needs ``cryptography``).
+"""Throwaway TLS material for tests of networked transports.
 
 Each call makes a fresh CA and a server certificate for ``127.0.0.1``/``localhost``
-signed by it, so TLS tests run against real certificate checks without any fixed keys
-in the repository.
+signed by it (through :mod:`rlax_core.transport.certificates`, as a run's own material
+is made), so TLS tests run against real certificate checks without any fixed keys in
+the repository.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+
+from rlax_core.transport.certificates import issue_certificate, make_authority
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,9 @@ class TestCertificates:
         ca_file: the CA certificate clients trust.
         server_cert_file / server_key_file: the server's certificate and key.
         other_ca_file: a second, unrelated CA (a client trusting only it must fail).
+        client_cert_file / client_key_file: a client certificate the CA signed (mutual TLS).
+        other_client_cert_file / other_client_key_file: a client certificate the unrelated
+            CA signed (a server verifying clients must refuse it).
     """
 
     __test__ = False  # not a pytest test class
@@ -29,81 +33,37 @@ class TestCertificates:
     server_cert_file: Path
     server_key_file: Path
     other_ca_file: Path
+    client_cert_file: Path
+    client_key_file: Path
+    other_client_cert_file: Path
+    other_client_key_file: Path
 
 
 def make_test_certificates(folder: Path) -> TestCertificates:
-    """Writes a CA, a server certificate for 127.0.0.1 and an unrelated CA into ``folder``."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = dt.datetime.now(dt.UTC)
-
-    def name(common: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-    def ca(common: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name(common))
-            .issuer_name(name(common))
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True, content_commitment=False, key_encipherment=False,
-                    data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                    crl_sign=True, encipher_only=False, decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(key, hashes.SHA256())
-        )  # fmt: skip
-        return key, cert
-
-    ca_key, ca_cert = ca("rlax test CA")
-    _, other_cert = ca("unrelated CA")
-    server_key = ec.generate_private_key(ec.SECP256R1())
-    server_cert = (
-        x509.CertificateBuilder()
-        .subject_name(name("localhost"))
-        .issuer_name(ca_cert.subject)
-        .public_key(server_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    """Writes a CA, a server certificate for 127.0.0.1, client certificates and an
+    unrelated CA into ``folder``."""
+    authority = make_authority("rlax test CA", valid_days=1)
+    other = make_authority("unrelated CA", valid_days=1)
     folder.mkdir(parents=True, exist_ok=True)
-    pem = serialization.Encoding.PEM
     files = TestCertificates(
         ca_file=folder / "ca.pem",
         server_cert_file=folder / "server.pem",
         server_key_file=folder / "server-key.pem",
         other_ca_file=folder / "other-ca.pem",
+        client_cert_file=folder / "client.pem",
+        client_key_file=folder / "client-key.pem",
+        other_client_cert_file=folder / "other-client.pem",
+        other_client_key_file=folder / "other-client-key.pem",
     )
-    files.ca_file.write_bytes(ca_cert.public_bytes(pem))
-    files.other_ca_file.write_bytes(other_cert.public_bytes(pem))
-    files.server_cert_file.write_bytes(server_cert.public_bytes(pem))
-    files.server_key_file.write_bytes(
-        server_key.private_bytes(
-            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+    files.ca_file.write_bytes(authority.certificate_pem())
+    files.other_ca_file.write_bytes(other.certificate_pem())
+    issue_certificate(
+        authority, "localhost", hosts=["localhost", "127.0.0.1"], server=True, valid_days=1
+    ).write(files.server_cert_file, files.server_key_file)
+    issue_certificate(authority, "worker", client=True, valid_days=1).write(
+        files.client_cert_file, files.client_key_file
     )
-    files.server_key_file.chmod(0o600)
+    issue_certificate(other, "worker", client=True, valid_days=1).write(
+        files.other_client_cert_file, files.other_client_key_file
+    )
     return files

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from rlax_core.errors import ChecksumMismatchError
-from rlax_core.tensors import IncomingChecksum
+from rlax_core.tensors import IncomingChecksum, tensor_checksum
 from rlax_core.types.policy import PolicyVersion, TensorInfo
 
 
@@ -79,8 +79,14 @@ def verify_received(
     Raises:
         ChecksumMismatchError: a tensor's bytes differ from what was published.
     """
+    algorithm = info.checksum_algorithm
     for name, array in arrays.items():
-        if checksums[name].hexdigest(array) != info.tensor(name).checksum:
+        incoming = checksums[name]
+        if incoming.algorithm == algorithm:
+            digest = incoming.hexdigest(array)
+        else:  # hashed as it arrived with another algorithm than the version's
+            digest = tensor_checksum(array, algorithm)
+        if digest != info.tensor(name).checksum:
             raise ChecksumMismatchError(
                 f"tensor {name!r} of version {info.version} does not match its checksum; "
                 f"the bytes from {source} are corrupted"

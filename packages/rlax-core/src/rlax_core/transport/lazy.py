@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from rlax_core.contracts.parameter_store import ParameterStore
 from rlax_core.contracts.queue import Queue
 from rlax_core.contracts.transport import Transport
+from rlax_core.transport.signing import verifying
 
 
 class Closable(Protocol):
@@ -48,6 +49,7 @@ class LazyTransport(Transport, Generic[ConfigT, ConnectionT, StoreT, QueueT]):
         self._lock = threading.Lock()
         self._connection: ConnectionT | None = None
         self._store: StoreT | None = None
+        self._reader: ParameterStore | None = None
         self._queues: dict[str, QueueT] = {}
 
     @abstractmethod
@@ -62,11 +64,14 @@ class LazyTransport(Transport, Generic[ConfigT, ConnectionT, StoreT, QueueT]):
     def open_queue(self, connection: ConnectionT, name: str) -> QueueT:
         """The queue ``name`` on ``connection`` (it must not close the connection)."""
 
-    def parameter_store(self) -> StoreT:
+    def parameter_store(self) -> ParameterStore:
+        """The store (verifying every version's signature when the run signs its weights:
+        ``signing`` in the config)."""
         with self._lock:
             if self._store is None:
                 self._store = self.open_store(self._connected())
-            return self._store
+                self._reader = verifying(self._store, getattr(self.config, "signing", None))
+            return self._reader
 
     def queue(self, name: str) -> QueueT:
         with self._lock:

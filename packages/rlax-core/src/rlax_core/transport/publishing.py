@@ -15,12 +15,22 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlax_core.tensors import aligned_copy, as_host_array, manifest_checksum, tensor_checksums
+from rlax_core.tensors import (
+    CHECKSUM_ALGORITHM,
+    SIGNED_CHECKSUM_ALGORITHM,
+    aligned_copy,
+    as_host_array,
+    manifest_checksum,
+    tensor_checksums,
+)
 from rlax_core.types.policy import PolicyVersion, TensorInfo
+
+if TYPE_CHECKING:
+    from rlax_core.transport.signing import VersionSigner
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,7 @@ def prepare_version(
     *,
     own: bool = False,
     checksums: Mapping[str, str] | None = None,
+    signer: VersionSigner | None = None,
 ) -> PreparedVersion:
     """Checks a publish call's arguments and builds the version's manifest.
 
@@ -70,7 +81,10 @@ def prepare_version(
             the published arrays themselves: in one process the trainer, the store and
             an inference worker then share one copy of the policy.
         checksums: the tensors' checksums when the caller computed them from these very
-            bytes (e.g. while receiving them); None hashes them here.
+            bytes (e.g. while receiving them, with the algorithm ``signer`` implies);
+            None hashes them here.
+        signer: signs the manifest (the run signs its weights): the tensors are then
+            hashed with :data:`~rlax_core.tensors.SIGNED_CHECKSUM_ALGORITHM`.
 
     Raises:
         ValueError: a bad version number, no tensors, or ``checksums`` that do not name
@@ -91,7 +105,8 @@ def prepare_version(
         arrays[name] = host
     if checksums is not None and set(checksums) != set(arrays):
         raise ValueError("checksums must name exactly the tensors")
-    digests = dict(checksums) if checksums is not None else tensor_checksums(arrays)
+    algorithm = CHECKSUM_ALGORITHM if signer is None else SIGNED_CHECKSUM_ALGORITHM
+    digests = dict(checksums) if checksums is not None else tensor_checksums(arrays, algorithm)
     tensors = tuple(
         TensorInfo(name=n, dtype=a.dtype.name, shape=a.shape, nbytes=a.nbytes, checksum=digests[n])
         for n, a in arrays.items()
@@ -101,8 +116,13 @@ def prepare_version(
         tensors=tensors,
         metadata=dict(metadata or {}),
         created_at=time.time(),
-        checksum=manifest_checksum([(t.name, t.dtype, t.shape, t.checksum) for t in tensors]),
+        checksum_algorithm=algorithm,
+        checksum=manifest_checksum(
+            [(t.name, t.dtype, t.shape, t.checksum) for t in tensors], algorithm
+        ),
     )
+    if signer is not None:
+        info = signer.sign(info)
     return PreparedVersion(info, arrays)
 
 

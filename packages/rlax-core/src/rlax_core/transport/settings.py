@@ -8,7 +8,11 @@ waits for the server), and adds its own fields.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from rlax_core.transport.signing import SigningSettings
 
 
 class TransportSettings(BaseModel):
@@ -46,4 +50,15 @@ class NetworkTransportSettings(TransportSettings):
         default=30.0,
         gt=0,
         description="Seconds a call waits for an unreachable server to come back before failing.",
+    )
+    credentials_file: Path | None = Field(
+        default=None,
+        description="File holding this process's ROLE:SECRET credential (the file a launcher "
+        "mounts per role; null: $RLAX_TRANSPORT_CREDENTIALS, else none). The server gives "
+        "each role its part only (see rlax_core.transport.credentials).",
+    )
+    signing: SigningSettings | None = Field(
+        default=None,
+        description="The run's weight-signing keys: the trainer signs every version, readers "
+        "verify each before use (null: versions are checksummed, not signed).",
     )

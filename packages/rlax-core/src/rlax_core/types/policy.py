@@ -25,6 +25,8 @@ class PolicyVersion(Record):
 
     ``checksum`` covers every tensor's name, dtype, shape and checksum, so a reader that
     verifies the manifest and then each tensor it reads has verified the whole version.
+    A signed version (``signature``; see :mod:`rlax_core.transport.signing`) hashes its
+    tensors with a cryptographic hash, and its signature covers every field but itself.
     """
 
     version: int = Field(ge=0, description="Monotonic policy version; never reused.")
@@ -35,6 +37,10 @@ class PolicyVersion(Record):
     created_at: float = Field(description="Publish time, seconds since the epoch.")
     checksum_algorithm: str = Field(default=CHECKSUM_ALGORITHM, description="Hash used.")
     checksum: str = Field(description="Checksum of the manifest (see class docstring).")
+    signature: str | None = Field(
+        default=None,
+        description="The publisher's Ed25519 signature of the manifest (base64), or null.",
+    )
 
     @property
     def nbytes(self) -> int:
@@ -55,4 +61,5 @@ class PolicyVersion(Record):
 
     def expected_checksum(self) -> str:
         """Recomputes the manifest checksum from the tensor entries."""
-        return manifest_checksum([(t.name, t.dtype, t.shape, t.checksum) for t in self.tensors])
+        entries = [(t.name, t.dtype, t.shape, t.checksum) for t in self.tensors]
+        return manifest_checksum(entries, self.checksum_algorithm)

@@ -6,7 +6,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from rlax_core.transport.publishing import (
     prepare_version,
 )
 from rlax_core.types.policy import PolicyVersion
+
+if TYPE_CHECKING:
+    from rlax_core.transport.signing import VersionSigner
 
 
 class _SharedVersions:
@@ -52,6 +55,7 @@ class InProcParameterStore(ParameterStore):
         keep_last: how many versions to retain (at least 1).
         verify_checksums: verify tensor checksums on fetch (the contract requires it; turn
             off only to measure its cost).
+        signer: signs every version published here (see :mod:`rlax_core.transport.signing`).
     """
 
     def __init__(
@@ -59,17 +63,21 @@ class InProcParameterStore(ParameterStore):
         keep_last: int = 2,
         *,
         verify_checksums: bool = True,
+        signer: VersionSigner | None = None,
         _shared: _SharedVersions | None = None,
     ) -> None:
         if keep_last < 1:
             raise ValueError(f"keep_last must be at least 1, got {keep_last}")
         self._shared = _shared or _SharedVersions(keep_last)
         self._verify = verify_checksums
+        self._signer = signer
         self._closed = False
 
     def client(self) -> InProcParameterStore:
         """Another client of the same versions; closing one client leaves the others open."""
-        return InProcParameterStore(verify_checksums=self._verify, _shared=self._shared)
+        return InProcParameterStore(
+            verify_checksums=self._verify, signer=self._signer, _shared=self._shared
+        )
 
     def publish(
         self,
@@ -82,7 +90,8 @@ class InProcParameterStore(ParameterStore):
         self._check_new(version)  # before copying and hashing: a conflict costs nothing
         # Copy and hash outside the lock: readers of older versions are not held up. The
         # store keeps the arrays, so it owns them (the caller may reuse or donate its own).
-        return self._commit(prepare_version(version, params, metadata, own=True))
+        prepared = prepare_version(version, params, metadata, own=True, signer=self._signer)
+        return self._commit(prepared)
 
     def adopt(
         self,
@@ -176,7 +185,8 @@ class InProcParameterStore(ParameterStore):
         result: dict[str, np.ndarray] = {}
         for name in wanted:
             array = stored[name]
-            if self._verify and tensor_checksum(array) != info.tensor(name).checksum:
+            digest = tensor_checksum(array, info.checksum_algorithm) if self._verify else None
+            if digest is not None and digest != info.tensor(name).checksum:
                 raise ChecksumMismatchError(
                     f"tensor {name!r} of version {version} does not match its checksum; "
                     "the stored bytes are corrupted"
