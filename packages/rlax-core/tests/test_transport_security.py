@@ -3,7 +3,9 @@ manifests checked off the wire, and the server exposure ``rlax serve`` refuses."
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import shutil
 import stat
 from pathlib import Path
@@ -14,7 +16,13 @@ import yaml
 
 from rlax_core.cli.serve_cmd import check_exposure
 from rlax_core.contracts.transport import ServerSecurity
-from rlax_core.errors import ConfigError, ForgedVersionError, ManifestError, TransportAuthError
+from rlax_core.errors import (
+    ConfigError,
+    ForgedVersionError,
+    LeaseExpiredError,
+    ManifestError,
+    TransportAuthError,
+)
 from rlax_core.tensors import manifest_checksum, tensor_checksum
 from rlax_core.transport.credentials import (
     CREDENTIALS_ENV,
@@ -26,6 +34,7 @@ from rlax_core.transport.credentials import (
     read_server_credentials,
 )
 from rlax_core.transport.inproc.parameter_store import InProcParameterStore
+from rlax_core.transport.lease_table import LeaseTable
 from rlax_core.transport.manifests import MAX_VERSION, ManifestLimits, parse_manifest
 from rlax_core.transport.publishing import prepare_version
 from rlax_core.transport.signing import (
@@ -298,3 +307,32 @@ def test_rlax_credentials_writes_the_folders_and_prints_the_settings(
     assert sorted(read_server_credentials(server_dir)) == sorted(ROLES)
     assert main(["credentials", str(folder), "--server-host", "x"]) == 2
     assert "holds credentials already" in capsys.readouterr().err
+
+
+# -- leases --
+
+
+@pytest.mark.parametrize("lease_s", [math.nan, math.inf, -1.0, 0.0, 1e12, "5"])
+def test_a_lease_is_finite_positive_and_bounded(lease_s: object) -> None:
+    table = LeaseTable("prompts", max_lease_s=60.0)
+    table.put("a", b"x")
+    with pytest.raises(ValueError, match=r"lease_s must be a number of seconds in \(0, 60\]"):
+        table.get(lease_s, 0, lambda: None)  # type: ignore[arg-type]
+    lease = table.get(30.0, 0, lambda: None)
+    with pytest.raises(ValueError, match="lease_s must be"):
+        table.extend(lease, lease_s)  # type: ignore[arg-type]
+    table.ack(lease)
+
+
+def test_lease_tokens_cannot_be_guessed_from_another() -> None:
+    table = LeaseTable("prompts")
+    for item in "abc":
+        table.put(item, b"x")
+    leases = [table.get(30.0, 0, lambda: None) for _ in range(3)]
+    tokens = [lease.token for lease in leases]
+    assert len({t.split(".")[1] for t in tokens}) == 3 and all(len(t) > 20 for t in tokens)
+    for lease, other in zip(leases, leases[1:] + leases[:1], strict=True):
+        with pytest.raises(LeaseExpiredError):  # another lease's token does not end this one
+            table.ack(dataclasses.replace(lease, token=other.token))
+    for lease in leases:
+        table.ack(lease)

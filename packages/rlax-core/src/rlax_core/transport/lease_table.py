@@ -10,7 +10,7 @@ writes it to a file).
 from __future__ import annotations
 
 import heapq
-import itertools
+import hmac
 import secrets
 import threading
 import time
@@ -21,6 +21,9 @@ from typing import Protocol
 
 from rlax_core.errors import LeaseExpiredError
 from rlax_core.types.lease import Lease, QueueStats
+
+MAX_LEASE_S = 24 * 3600.0
+"""The longest lease a queue grants unless told otherwise: a day."""
 
 
 def queue_item(item_id: object, payload: object) -> bytes:
@@ -76,6 +79,11 @@ class LeaseTable:
         max_deliveries: drop an item after this many deliveries without an ack (None:
             never).
         journal: records every change, so a server restarted on it keeps the queue.
+        max_lease_s: the longest lease granted; a longer ask is refused (a lease that
+            never ends would keep its item from everyone else for good).
+
+    Lease tokens are random (128 bits) and compared in constant time: a client that saw
+    one lease cannot guess another's.
     """
 
     def __init__(
@@ -85,6 +93,7 @@ class LeaseTable:
         dedupe_window_s: float = 3600.0,
         max_deliveries: int | None = None,
         journal: QueueJournal | None = None,
+        max_lease_s: float = MAX_LEASE_S,
     ) -> None:
         if max_deliveries is not None and max_deliveries < 1:
             raise ValueError(f"max_deliveries must be at least 1, got {max_deliveries}")
@@ -104,7 +113,7 @@ class LeaseTable:
         # Acked or dead ids -> (monotonic time, token of the acking lease or None).
         self._done: OrderedDict[str, tuple[float, str | None]] = OrderedDict()
         self._dead = 0
-        self._tokens = itertools.count(1)
+        self.max_lease_s = max_lease_s
 
     def put(self, item_id: str, payload: bytes) -> bool:
         payload = queue_item(item_id, payload)
@@ -144,8 +153,7 @@ class LeaseTable:
     def get(
         self, lease_s: float, timeout: float | None, check_open: Callable[[], None]
     ) -> Lease | None:
-        if lease_s <= 0:
-            raise ValueError(f"lease_s must be positive, got {lease_s}")
+        self._check_lease_s(lease_s)
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         with self.cond:
             while True:
@@ -166,7 +174,7 @@ class LeaseTable:
         with self.cond:
             self._reclaim_expired()
             done = self._done.get(lease.item_id)
-            if done is not None and done[1] == lease.token:
+            if done is not None and hmac.compare_digest(done[1] or "", str(lease.token)):
                 return  # the same lease acked twice
             current = self._live(lease)
             if current is None:
@@ -186,6 +194,7 @@ class LeaseTable:
             self._return(lease.item_id)
 
     def extend(self, lease: Lease, lease_s: float) -> Lease:
+        self._check_lease_s(lease_s)
         with self.cond:
             self._reclaim_expired()
             current = self._live(lease)
@@ -210,6 +219,13 @@ class LeaseTable:
             self._reclaim_expired()
             return QueueStats(ready=len(self._ready), leased=len(self._leased), dead=self._dead)
 
+    def _check_lease_s(self, lease_s: float) -> None:
+        if not (isinstance(lease_s, int | float) and 0 < lease_s <= self.max_lease_s):
+            raise ValueError(
+                f"lease_s must be a number of seconds in (0, {self.max_lease_s:g}], "
+                f"got {lease_s!r}"
+            )
+
     # -- internals (all called with the lock held) --
 
     def _lease_next(self, lease_s: float) -> Lease:
@@ -217,7 +233,7 @@ class LeaseTable:
         self._deliveries[item_id] += 1
         if self._journal is not None:
             self._journal.delivered(item_id)
-        token = f"{self.name}:{self._incarnation}:{next(self._tokens)}"
+        token = f"{self._incarnation}.{secrets.token_urlsafe(16)}"
         deadline = time.monotonic() + lease_s
         self._leased[item_id] = _Delivery(token, self._deliveries[item_id], deadline)
         heapq.heappush(self._deadlines, (deadline, item_id, token))
@@ -232,7 +248,7 @@ class LeaseTable:
 
     def _live(self, lease: Lease) -> _Delivery | None:
         current = self._leased.get(lease.item_id)
-        if current is None or current.token != lease.token:
+        if current is None or not hmac.compare_digest(current.token, str(lease.token)):
             return None
         return current
 
