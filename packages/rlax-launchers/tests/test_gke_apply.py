@@ -18,6 +18,7 @@ from rlax_core.cli.main import main
 from rlax_core.config import load_run_config
 from rlax_core.plugins import Registry
 from rlax_launchers.gke.manifests import render_manifests
+from rlax_launchers.run_credentials import read_credential_files
 from rlax_launchers.testing.kube_api import JOBSET_ACTIONS, FakeKubernetesApi, jobset_crd
 
 pytestmark = pytest.mark.network
@@ -27,8 +28,10 @@ CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-
 PATHS = {
     "PriorityClass": "/apis/scheduling.k8s.io/v1/priorityclasses",
     "ServiceAccount": f"{NS}/serviceaccounts",
+    "Secret": f"{NS}/secrets",
     "ConfigMap": f"{NS}/configmaps",
     "Service": f"{NS}/services",
+    "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies",
     "StatefulSet": "/apis/apps/v1/namespaces/default/statefulsets",
     "JobSet": "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets",
     "Deployment": "/apis/apps/v1/namespaces/default/deployments",
@@ -48,8 +51,13 @@ def api() -> Iterator[FakeKubernetesApi]:
 
 @pytest.fixture
 def config_path(
-    api: FakeKubernetesApi, write_run_config: Callable[..., Path], tmp_path: Path
+    api: FakeKubernetesApi,
+    write_run_config: Callable[..., Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Path:
+    # The launcher's local run directory (runs/demo: its generated credentials) in tmp_path.
+    monkeypatch.chdir(tmp_path)
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     return write_run_config(
         {
@@ -73,8 +81,10 @@ def staged_config_path(config_path: Path) -> Path:
 
 
 def rendered(config_path: Path, registry: Registry) -> list[dict[str, Any]]:
+    """The manifests, with the credentials --apply generated under runs/demo."""
     run_config = load_run_config(config_path, registry)
-    return render_manifests(run_config.launcher, run_config).items
+    credentials = read_credential_files(config_path.parent / "runs/demo/launch/credentials")
+    return render_manifests(run_config.launcher, run_config, credentials).items
 
 
 def test_apply_creates_every_object_in_order(

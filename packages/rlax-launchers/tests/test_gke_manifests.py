@@ -55,7 +55,8 @@ def test_nats_run_with_spot_workers_and_kueue(
     items = render_manifests(run_config.launcher, run_config).items
     validate_manifests(items)
     assert [m["kind"] for m in items] == [
-        "PriorityClass", "PriorityClass", "ConfigMap", "Service", "StatefulSet", "JobSet",
+        "PriorityClass", "PriorityClass", "Secret", "Secret", "Secret", "Secret", "ConfigMap",
+        "Service", "NetworkPolicy", "StatefulSet", "JobSet",
     ]  # fmt: skip
     kinds = by_kind(items)
     trainer_class, worker_class = kinds["PriorityClass"]
@@ -118,7 +119,7 @@ def test_nats_run_with_spot_workers_and_kueue(
     (server,) = statefulset["spec"]["template"]["spec"]["containers"]
     assert server["command"] == [
         "rlax", "serve", "param-server", "--config", "/etc/rlax/run/run.yaml",
-        "--set", 'servers=["nats://0.0.0.0:4222"]',
+        "--set", 'servers=["tls://0.0.0.0:4222"]',
         "--set", 'server.store_dir="/var/lib/rlax/transport"',
     ]  # fmt: skip
     assert kinds["Service"][0]["spec"]["ports"][0]["port"] == 4222
@@ -133,11 +134,11 @@ def test_the_config_map_holds_a_valid_run_config_that_points_at_the_service(
     (config_map,) = by_kind(items)["ConfigMap"]
     settings = yaml.safe_load(config_map["data"]["run.yaml"])
     config = validate_run_config(settings, registry)
-    assert config.transport.servers == ["nats://demo-transport:4222"]
+    assert config.transport.servers == ["tls://demo-transport:4222"]
     assert config.launcher is None and config.run.run_dir == "gs://bucket/runs/demo"
 
 
-def test_grpc_credentials_travel_in_a_secret_and_are_merged_by_an_init_container(
+def test_own_grpc_credentials_travel_in_a_secret_and_are_merged_by_an_init_container(
     make_run_config: Callable[..., Any],
     registry: Registry,
     validate_manifests: Callable[[list[dict[str, Any]]], None],
@@ -146,12 +147,13 @@ def test_grpc_credentials_travel_in_a_secret_and_are_merged_by_an_init_container
     ca = tmp_path / "ca.pem"
     ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
     transport = {**GRPC, "token": "s3cret-token", "tls_ca_file": str(ca)}
-    run_config = make_run_config(launcher(), transport=transport)
+    run_config = make_run_config(launcher(credentials={"insecure": True}), transport=transport)
     items = render_manifests(run_config.launcher, run_config).items
     validate_manifests(items)
     kinds = by_kind(items)
     assert [m["kind"] for m in items][2:] == [
-        "Secret", "ConfigMap", "Service", "PersistentVolumeClaim", "Deployment", "JobSet",
+        "Secret", "ConfigMap", "Service", "NetworkPolicy", "PersistentVolumeClaim",
+        "Deployment", "JobSet",
     ]  # fmt: skip
     (secret,) = kinds["Secret"]
     data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
@@ -165,9 +167,9 @@ def test_grpc_credentials_travel_in_a_secret_and_are_merged_by_an_init_container
     (deployment,) = kinds["Deployment"]
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     server_pod = deployment["spec"]["template"]["spec"]
-    assert server_pod["containers"][0]["command"][-6:] == [
+    assert server_pod["containers"][0]["command"][-7:] == [
         "--set", 'address="0.0.0.0:50051"', "--set", "server.bulk_port=50052",
-        "--set", 'server.state_dir="/var/lib/rlax/transport"',
+        "--set", 'server.state_dir="/var/lib/rlax/transport"', "--insecure",
     ]  # fmt: skip
     # The bulk fetch port is pinned beside the gRPC one and let through by the Service.
     assert [c["containerPort"] for c in server_pod["containers"][0]["ports"]] == [50051, 50052]

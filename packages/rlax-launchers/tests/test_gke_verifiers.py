@@ -101,19 +101,23 @@ def test_a_staged_run_gets_a_verifier_deployment_on_cpu_nodes(
         "requests": {"cpu": "6", "memory": "12Gi"},
         "limits": {"memory": "16Gi", "cpu": "8"},
     }
-    # The workers' image, run config and (here, no) credentials.
+    # The workers' image and run config; the verifiers' own credentials, at the same path.
     jobset = one(items, "JobSet", "jobset")
     worker_pod = jobset["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]
     assert verifier["image"] == worker_pod["containers"][0]["image"]
     assert verifier["volumeMounts"] == worker_pod["containers"][0]["volumeMounts"]
-    assert pod["volumes"] == worker_pod["volumes"]
+    assert [v["name"] for v in pod["volumes"]] == [v["name"] for v in worker_pod["volumes"]]
+    assert [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v] == [
+        "demo-verifier-credentials"
+    ]
 
 
 def test_verifiers_share_the_workers_transport_credentials_and_may_run_on_spot(
     make_run_config: Callable[..., Any], validate_manifests: Validate
 ) -> None:
     transport = {"type": "grpc", "address": "10.0.0.1:50051", "token": "s3cret"}
-    items = rendered(make_run_config, launcher(spot=True), verifier=STAGE, transport=transport)
+    section = {**launcher(spot=True), "credentials": {"insecure": True}}
+    items = rendered(make_run_config, section, verifier=STAGE, transport=transport)
     validate_manifests(items)
     deployment = one(items, "Deployment", "verifier")
     assert deployment["spec"]["replicas"] == 3  # verifier.workers

@@ -2,10 +2,13 @@
 
 The launcher's copy of the config is rewritten for the cluster: the ``launcher`` section
 is dropped (the processes launch nothing), ``run.run_dir`` is the shared run directory,
-the transport points at the host its server was placed on, and transport credentials are
-split out so they can travel as secrets: passwords and tokens (``inline``) and the files
-that TLS certificates and nkey seeds are read from (``files``, read here and shipped to
-``secrets_dir`` on the hosts, where the config then points).
+the transport points at the host its server was placed on, and its credentials are the
+run's: either the per-run credentials each role mounts (``secure``, the default of the
+cloud launchers: the transport section names their files, see
+:mod:`rlax_launchers.run_credentials`), or, for a run that opts out of them, the
+transport section's own, split out so they can travel as secrets: passwords and tokens
+(``inline``) and the files that TLS certificates and nkey seeds are read from (``files``,
+read here and shipped to ``secrets_dir`` on the hosts, where the config then points).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import yaml
 
 from rlax_core.config.run_config import RunConfigBase
 from rlax_core.errors import ConfigError
+from rlax_launchers.run_credentials import apply_secure_settings
 from rlax_launchers.transport_placement import TransportPlacement
 
 # Transport settings that are secrets, by name, wherever a transport has them.
@@ -54,6 +58,7 @@ def cluster_run_config(
     transport_host: str,
     secrets_dir: str,
     split_inline_credentials: bool,
+    secure: bool = False,
 ) -> ClusterRunConfig:
     """Rewrites ``run_config`` for processes on other hosts (see the module docstring).
 
@@ -64,15 +69,22 @@ def cluster_run_config(
         transport_host: the host name (or placeholder) the clients connect to.
         secrets_dir: where credential files are placed on the hosts.
         split_inline_credentials: move passwords and tokens to ``inline_credentials``.
+        secure: the run's processes mount per-run credentials: the transport section
+            names their files (:func:`~rlax_launchers.run_credentials.apply_secure_settings`)
+            and must name no credentials of its own.
 
     Raises:
-        ConfigError: a credential file named in the transport section cannot be read.
+        ConfigError: a credential file named in the transport section cannot be read, or
+            (``secure``) the section names credentials of its own.
     """
     settings = run_config.model_dump(mode="json", exclude={"launcher"})
     settings["run"]["run_dir"] = run_dir
     transport = settings["transport"]
     transport.update(placement.client_settings(transport_host))
     result = ClusterRunConfig(settings)
+    if secure:
+        apply_secure_settings(transport)
+        return result
     if split_inline_credentials:
         for name in INLINE_CREDENTIALS:
             if transport.get(name) is not None:

@@ -3,12 +3,15 @@
 | role | command |
 | --- | --- |
 | transport server | ``rlax serve param-server --config RUN.yaml`` (+ ``--set`` overrides) |
+| open transport server | + ``--insecure`` (a run without per-run credentials) |
 | trainer | ``rlax train RUN.yaml --run-dir DIR --role trainer`` |
 | multi-host trainer | + ``--coordinator HOST:PORT --num-processes N --process-id I`` |
 | inference worker | ``rlax train RUN.yaml --run-dir DIR --role worker --worker-id ID`` |
 | verifier | ``rlax train RUN.yaml --run-dir DIR --role verifier --verifier-id ID`` |
 
-Every launcher builds its commands here, so they never drift apart. Values that
+Every launcher builds its commands here, so they never drift apart. No command carries a
+secret: credentials are files the run config names (``ps`` shows every argument to
+everyone on the host). Values that
 are only known on the host (its process id, the coordinator's address) are passed in as
 shell variables (``${PROCESS_ID}``) or Kubernetes ``$(VAR)`` references by the caller.
 """
@@ -19,9 +22,19 @@ from rlax_core.config import RunConfigBase
 from rlax_core.errors import ConfigError
 
 
-def transport_server_command(config_path: str, set_args: list[str]) -> list[str]:
-    """``rlax serve param-server --config RUN.yaml`` and its ``--set`` overrides."""
-    return ["rlax", "serve", "param-server", "--config", config_path, *set_args]
+def transport_server_command(
+    config_path: str, set_args: list[str], *, insecure: bool = False
+) -> list[str]:
+    """``rlax serve param-server --config RUN.yaml`` and its ``--set`` overrides.
+
+    Args:
+        config_path: the run config on the host.
+        set_args: ``--set`` overrides (where to listen and keep state; never a secret).
+        insecure: add ``--insecure``: the run opted out of per-run credentials, and
+            ``rlax serve`` refuses an open server on a non-loopback address without it.
+    """
+    command = ["rlax", "serve", "param-server", "--config", config_path, *set_args]
+    return [*command, "--insecure"] if insecure else command
 
 
 def trainer_command(

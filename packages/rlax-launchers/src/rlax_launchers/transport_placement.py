@@ -75,8 +75,15 @@ class TransportPlacement:
         return args
 
 
-def transport_placement(run_config: RunConfigBase, launcher: str) -> TransportPlacement:
+def transport_placement(
+    run_config: RunConfigBase, launcher: str, *, tls: bool = False
+) -> TransportPlacement:
     """The placement of the run config's transport.
+
+    Args:
+        run_config: the run config.
+        launcher: the launcher's name, for messages.
+        tls: the launcher serves TLS (per-run credentials): NATS URLs use ``tls://``.
 
     Raises:
         ConfigError: the transport has no server (``inproc``) or is one the launchers do
@@ -86,7 +93,8 @@ def transport_placement(run_config: RunConfigBase, launcher: str) -> TransportPl
     kind = getattr(section, "type", None)
     if kind == "nats":
         url = urlparse(section.servers[0])
-        return TransportPlacement("nats", url.port or 4222, url.scheme or "nats", "server")
+        scheme = "tls" if tls else url.scheme or "nats"
+        return TransportPlacement("nats", url.port or 4222, scheme, "server")
     if kind == "grpc":
         port = int(section.address.rsplit(":", 1)[1])
         # The run config's bulk port: null is off; 0 (any free port) is pinned next to

@@ -46,6 +46,7 @@ _KINDS = {
     "ServiceAccount": _Kind("CoreV1Api", "service_account", True),
     "Service": _Kind("CoreV1Api", "service", True),
     "PersistentVolumeClaim": _Kind("CoreV1Api", "persistent_volume_claim", True),
+    "NetworkPolicy": _Kind("NetworkingV1Api", "network_policy", True),
     "StatefulSet": _Kind("AppsV1Api", "stateful_set", True),
     "Deployment": _Kind("AppsV1Api", "deployment", True),
     "PriorityClass": _Kind("SchedulingV1Api", "priority_class", False),

@@ -203,6 +203,7 @@ def _replicated_job(
                         node_selector=node_selector,
                         tolerations=tolerations,
                         spot=spot,
+                        credentials=role,
                     ),
                 },
             },

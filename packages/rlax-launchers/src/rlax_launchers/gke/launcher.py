@@ -15,8 +15,15 @@ from rlax_launchers.gke.config import GkeLauncherConfig
 from rlax_launchers.gke.jobset_controller import check_jobset_controller, failure_policy_actions
 from rlax_launchers.gke.manifests import manifest_yaml, render_manifests, run_objects
 from rlax_launchers.gke.pods import service_account_name
-from rlax_launchers.gke.transport import transport_service_name
+from rlax_launchers.gke.transport import transport_server_hosts, transport_service_name
 from rlax_launchers.gke.verifiers import verifier_deployment_name
+from rlax_launchers.run_credentials import (
+    GENERATED_SUBDIR,
+    CredentialFiles,
+    read_credential_files,
+    run_credentials_folder,
+)
+from rlax_launchers.run_identity import resource_prefix
 
 _PHASES = {
     "Pending": "starting",
@@ -44,7 +51,19 @@ class GkeLauncher(Launcher):
         self.run_config = run_config
 
     def render(self, run_config: RunConfigBase, run_dir: Path) -> list[RenderedArtifact]:
-        """Every object as a YAML manifest, in apply order."""
+        """Every object as a YAML manifest, in apply order.
+
+        Nothing secret is generated or read: the Secrets of the run's credentials hold
+        placeholders, which ``--apply`` fills (see :mod:`rlax_launchers.run_credentials`).
+        """
+        credentials = self.config.credentials
+        if not credentials.insecure and credentials.secrets is None:
+            source = credentials.folder or f"{run_dir / GENERATED_SUBDIR} (generated then)"
+            print(
+                "the Secrets of the run's transport credentials hold placeholders here; "
+                f"--apply fills them from {source}",
+                file=sys.stderr,
+            )
         return [
             RenderedArtifact(
                 kind="manifest",
@@ -60,7 +79,9 @@ class GkeLauncher(Launcher):
         Before anything is created, the cluster's JobSet must know the failure-policy
         actions the run's JobSet uses (see :mod:`rlax_launchers.gke.jobset_controller`).
         """
-        manifests = render_manifests(self.config, run_config)
+        manifests = render_manifests(
+            self.config, run_config, self._credentials(run_config, run_dir)
+        )
         cluster = self._cluster()
         (jobset,) = [m for m in manifests.items if m["kind"] == "JobSet"]
         check_jobset_controller(cluster, failure_policy_actions(jobset))
@@ -78,6 +99,20 @@ class GkeLauncher(Launcher):
             "(Workload Identity: see the gke section of rlax-launchers' README)",
             file=sys.stderr,
         )
+
+    def _credentials(self, run_config: RunConfigBase, run_dir: Path) -> CredentialFiles | None:
+        """The run's credentials for the Secrets the launcher renders: read from
+        ``credentials.folder``, or generated under ``run_dir`` on the first ``--apply``
+        and reused after (None: the config names Secrets, or the run has none)."""
+        section = self.config.credentials
+        if section.insecure or section.secrets is not None:
+            return None
+        prefix = resource_prefix(run_config, self.config.name)
+        folder = run_credentials_folder(
+            section, run_dir, transport_server_hosts(self.config, prefix)
+        )
+        print(f"the run's transport credentials: {folder}", file=sys.stderr)
+        return read_credential_files(folder)
 
     def status(self, run_dir: Path) -> list[ProcessStatus]:
         """One entry per pod of the run: its role, phase and container restarts."""
@@ -105,8 +140,9 @@ class GkeLauncher(Launcher):
 
         The verifiers' ScaledObject goes before their Deployment, so KEDA does not scale
         it while it is deleted. PriorityClasses and the ServiceAccount stay: other runs
-        may use them (the ServiceAccount's IAM binding names it). Objects that are not
-        there (a run without verifiers, a cluster without KEDA) are skipped.
+        may use them (the ServiceAccount's IAM binding names it), and so do Secrets of
+        credentials the config names (``credentials.secrets``: the user's). Objects that
+        are not there (a run without verifiers, a cluster without KEDA) are skipped.
         """
         objects = run_objects(self.config, self._run_config())
         transport = transport_service_name(objects.prefix)
@@ -120,9 +156,15 @@ class GkeLauncher(Launcher):
             ("StatefulSet", transport),
             ("Deployment", transport),
             ("Service", transport),
+            ("NetworkPolicy", transport),
             ("PersistentVolumeClaim", f"{transport}-state"),
             ("ConfigMap", objects.config_map),
             ("Secret", f"{objects.prefix}-credentials"),
+            *(
+                ("Secret", name)
+                for name in (objects.role_secrets or {}).values()
+                if self.config.credentials.secrets is None
+            ),
         ]:
             if cluster.delete(kind, name, namespace):
                 print(f"{kind}/{name} deleted", file=sys.stderr)

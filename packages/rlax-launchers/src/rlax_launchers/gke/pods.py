@@ -1,10 +1,14 @@
 """Pod templates of the run: one image, the role is the command.
 
-Every pod reads the run config at :data:`CONFIG_PATH`. Without transport passwords or
-tokens, that is the ConfigMap itself; with them, an init container
-(:mod:`rlax_launchers.gke.config_merge`) writes the config and the Secret's credentials
-into a memory-backed volume, so no secret ever sits in the ConfigMap. Credential files
-(TLS, nkey seeds) are mounted from the Secret at :data:`SECRETS_DIR`.
+Every pod reads the run config at :data:`CONFIG_PATH`, the ConfigMap itself. Each role's
+pods mount their own Secret of the run's credentials read-only at :data:`MOUNT_DIR`
+(the trainer's, the workers', the verifiers', the transport server's; see
+:mod:`rlax_launchers.run_credentials`), which the config names. A run that opts out of
+them (``credentials.insecure``) may bring transport passwords or tokens of its own: then
+an init container (:mod:`rlax_launchers.gke.config_merge`) writes the config and the
+Secret's credentials into a memory-backed volume, so no secret ever sits in the
+ConfigMap, and its credential files (TLS, nkey seeds) are mounted from that Secret at
+:data:`SECRETS_DIR`.
 """
 
 from __future__ import annotations
@@ -12,13 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rlax_core.kit.launcher import MOUNT_DIR
 from rlax_launchers.gke.config import GkeLauncherConfig
+from rlax_launchers.run_credentials import folder_files
 
 CONFIG_DIR = "/etc/rlax/run"
 CONFIG_PATH = f"{CONFIG_DIR}/run.yaml"
 BASE_CONFIG_DIR = "/etc/rlax/base"
 SECRETS_DIR = "/etc/rlax/secrets"
 CREDENTIALS_KEY = "credentials.yaml"
+TRANSPORT_CREDENTIALS_VOLUME = "transport-credentials"
 
 
 @dataclass(frozen=True)
@@ -30,12 +37,16 @@ class RunObjects:
         config_map: the ConfigMap holding ``run.yaml``.
         secret: the Secret with transport credentials, if there are any.
         merge_credentials: the Secret holds passwords or tokens to merge into the config.
+        role_secrets: the Secret of each folder of the run's credentials (``trainer``,
+            ``worker``, ``verifier``, ``server``), mounted by that role's pods; None for
+            a run without per-run credentials.
     """
 
     prefix: str
     config_map: str
     secret: str | None
     merge_credentials: bool
+    role_secrets: dict[str, str] | None = None
 
     def labels(self, component: str) -> dict[str, str]:
         """The labels of every object of the run's ``component``."""
@@ -90,8 +101,13 @@ def pod_spec(
     tolerations: list[dict[str, Any]] | None = None,
     extra_volumes: list[dict[str, Any]] | None = None,
     spot: bool = False,
+    credentials: str | None = None,
 ) -> dict[str, Any]:
     """A pod spec with the run config (and credentials) mounted.
+
+    ``credentials`` names the folder of the run's credentials its containers mount at
+    :data:`MOUNT_DIR` (``trainer``, ``worker``, ``verifier`` or ``server``), when the run
+    has them; no pod gets another role's.
 
     Every pod names its ServiceAccount (:func:`service_account_name`): with Workload
     Identity, that is the identity its bucket access is granted to. A pod on Spot nodes
@@ -107,6 +123,12 @@ def pod_spec(
         "containers": containers,
         "volumes": [*_config_volumes(objects), *(extra_volumes or [])],
     }
+    if credentials is not None and objects.role_secrets is not None:
+        spec["volumes"].append(_credentials_volume(objects.role_secrets[credentials], credentials))
+        for each in containers:
+            each["volumeMounts"].append(
+                {"name": TRANSPORT_CREDENTIALS_VOLUME, "mountPath": MOUNT_DIR, "readOnly": True}
+            )
     if objects.merge_credentials:
         spec["initContainers"] = [_merge_container(config, objects)]
     if node_selector:
@@ -120,6 +142,22 @@ def service_account_name(config: GkeLauncherConfig) -> str:
     """The Kubernetes ServiceAccount the run's pods run as (the namespace's ``default``
     when the config names none)."""
     return config.service_account or "default"
+
+
+def secret_key(path: str) -> str:
+    """The Secret key of a file of a credentials folder (``credentials/worker`` →
+    ``credentials.worker``: a key may not hold ``/``)."""
+    return path.replace("/", ".")
+
+
+def _credentials_volume(secret: str, folder: str) -> dict[str, Any]:
+    # The items put the server's credentials.ROLE keys at credentials/ROLE, and make a
+    # Secret that lacks a file of the folder fail the pod's start, not the process.
+    items = [{"key": secret_key(p), "path": p} for p in folder_files(folder)]
+    return {
+        "name": TRANSPORT_CREDENTIALS_VOLUME,
+        "secret": {"secretName": secret, "defaultMode": 0o400, "items": items},
+    }
 
 
 def _merge_container(config: GkeLauncherConfig, objects: RunObjects) -> dict[str, Any]:

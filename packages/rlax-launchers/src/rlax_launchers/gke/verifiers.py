@@ -124,6 +124,7 @@ def verifier_objects(
                 node_selector=_node_selector(config) or None,
                 tolerations=_tolerations(config) or None,
                 spot=config.verifiers.spot,
+                credentials="verifier",
             ),
         },
     }
