@@ -16,9 +16,9 @@ from rlax_transport_grpc.testing import ServeProcess
 pytestmark = pytest.mark.network
 
 
-def _status_for(port: int, ticket: bytes) -> bytes:
+def _status_for(port: int, ticket: bytes, credential: bytes = b"") -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-        conn.sendall(ticket)
+        conn.sendall(len(credential).to_bytes(2, "big") + credential + ticket)
         return conn.recv(1)
 
 

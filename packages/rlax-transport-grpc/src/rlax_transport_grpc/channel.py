@@ -1,9 +1,12 @@
 """A client's channel to the parameter server: credentials, retries, errors.
 
-Every call carries the bearer token and namespace as metadata and a deadline. A call
-that finds the server unreachable (it restarted, or the network blinked) is retried
-with backoff for up to ``reconnect_timeout_s``; every other failure becomes the
-specific :class:`~rlax_core.errors.RlaxError` that names the server and what to check.
+Every call carries the process's credential (its role's ``ROLE:SECRET`` from
+``credentials_file`` or ``$RLAX_TRANSPORT_CREDENTIALS``, else the shared ``token``) and
+the namespace as metadata, and a deadline. A call that finds the server unreachable (it
+restarted, or the network blinked) is retried with backoff for up to
+``reconnect_timeout_s``, as is one the server refused as busy (after the delay it
+asked for); every other failure becomes the specific
+:class:`~rlax_core.errors.RlaxError` that names the server and what to check.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import grpc.experimental
 from rlax_core.errors import (
     ChecksumMismatchError,
     LeaseExpiredError,
+    ManifestError,
     RlaxError,
     TransportAuthError,
     TransportClosedError,
@@ -26,8 +30,14 @@ from rlax_core.errors import (
     VersionConflictError,
     VersionNotFoundError,
 )
-from rlax_core.kit.transport import reuse_transfer_buffers
+from rlax_core.kit.transport import read_credential, reuse_transfer_buffers
 from rlax_transport_grpc.config import GrpcTransportConfig
+from rlax_transport_grpc.limits import (
+    ERROR_KIND_KEY,
+    RETRY_AFTER_KEY,
+    QuotaExceededError,
+    ServerBusyError,
+)
 from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
 from rlax_transport_grpc.proto import rlax_transport_pb2_grpc as pb_grpc
 from rlax_transport_grpc.server import PARAMS, channel_options
@@ -67,18 +77,32 @@ class GrpcChannel:
             *channel_options(config),
             (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
         ]
+        role = read_credential(config.credentials_file)  # ConfigError: a bad file
+        self.credential = role.line() if role is not None else (config.token or "")
         if config.tls_ca_file is not None:
-            try:
-                root = config.tls_ca_file.read_bytes()
-            except OSError as exc:
-                raise TransportAuthError(f"cannot read tls_ca_file: {exc}") from None
-            credentials = grpc.ssl_channel_credentials(root_certificates=root)
+            files = {"tls_ca_file": config.tls_ca_file}
+            if config.tls_cert_file is not None and config.tls_key_file is not None:
+                files |= {
+                    "tls_cert_file": config.tls_cert_file,
+                    "tls_key_file": config.tls_key_file,
+                }
+            pems: dict[str, bytes] = {}
+            for field, path in files.items():
+                try:
+                    pems[field] = path.read_bytes()
+                except OSError as exc:
+                    raise TransportAuthError(f"cannot read {field}: {exc}") from None
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=pems["tls_ca_file"],
+                private_key=pems.get("tls_key_file"),
+                certificate_chain=pems.get("tls_cert_file"),
+            )
             self.channel = grpc.secure_channel(config.address, credentials, options)
         else:
             self.channel = grpc.insecure_channel(config.address, options)
         metadata = [(NAMESPACE_KEY, config.namespace)]
-        if config.token is not None:
-            metadata.append(("authorization", f"Bearer {config.token}"))
+        if self.credential:
+            metadata.append(("authorization", f"Bearer {self.credential}"))
         self.metadata = tuple(metadata)
         self.params = pb_grpc.ParameterServerStub(self.channel)
         self.queues = pb_grpc.QueuesStub(self.channel)
@@ -102,13 +126,22 @@ class GrpcChannel:
         """The keyword arguments of every call: deadline (None: none) and metadata."""
         return {"timeout": timeout, "metadata": self.metadata}
 
-    def call(self, what: str, attempt: Callable[[float], T], *, budget: float | None = None) -> T:
-        """Runs ``attempt(deadline_s)``, retrying while the server is unreachable.
+    def call(
+        self,
+        what: str,
+        attempt: Callable[[float], T],
+        *,
+        budget: float | None = None,
+        retry_busy: bool = True,
+    ) -> T:
+        """Runs ``attempt(deadline_s)``, retrying while the server is unreachable or busy.
 
         Args:
             what: the operation, for messages.
             attempt: makes the call with the given per-call deadline in seconds.
             budget: seconds to keep retrying (default ``reconnect_timeout_s``).
+            retry_busy: retry a call the server refused as busy (False: raise
+                ServerBusyError, for a caller that polls anyway).
         """
         budget = self.config.reconnect_timeout_s if budget is None else budget
         deadline = time.monotonic() + budget
@@ -122,11 +155,20 @@ class GrpcChannel:
                     time.sleep(delay)
                     delay = min(delay * 2, 0.5)
                     continue
-                raise self.translate(exc, what, budget) from None
+                error = self.translate(exc, what, budget)
+                if (
+                    isinstance(error, ServerBusyError)
+                    and retry_busy
+                    and time.monotonic() + error.retry_after_s < deadline
+                ):
+                    time.sleep(error.retry_after_s)
+                    continue
+                raise error from None
 
     def translate(self, exc: grpc.RpcError, what: str, budget: float = 0.0) -> RlaxError:
         """The RlaxError for a failed call."""
         code, details = exc.code(), exc.details() or ""
+        trailing = dict(_trailing(exc))
         if self._closed or code == grpc.StatusCode.CANCELLED:
             return TransportClosedError(
                 f"{what}: the channel to the gRPC parameter server at {self.address} was closed"
@@ -134,8 +176,29 @@ class GrpcChannel:
         if code == grpc.StatusCode.UNAUTHENTICATED:
             return TransportAuthError(
                 f"the gRPC parameter server at {self.address} refused {what} ({details}); "
-                "check that the transport's token matches the server's"
+                "check that the transport's credentials_file (or token) is one the server "
+                "accepts"
             )
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            return TransportAuthError(
+                f"the gRPC parameter server at {self.address} refused {what}: {details}"
+            )
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            if RETRY_AFTER_KEY in trailing:
+                delay = (
+                    int(trailing[RETRY_AFTER_KEY]) / 1000
+                    if trailing[RETRY_AFTER_KEY].isdigit()
+                    else 0.2
+                )
+                return ServerBusyError(f"{what}: {details}", retry_after_s=min(delay, 5.0))
+            return QuotaExceededError(
+                f"the gRPC parameter server at {self.address} refused {what}: {details}"
+            )
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            kind = (
+                ManifestError if trailing.get(ERROR_KIND_KEY) == "ManifestError" else TransportError
+            )
+            return kind(f"the gRPC parameter server at {self.address} refused {what}: {details}")
         if code in _BY_STATUS:
             return _BY_STATUS[code](details)
         if code == grpc.StatusCode.UNAVAILABLE:
@@ -166,6 +229,14 @@ class GrpcChannel:
         if not self._closed:
             self._closed = True
             self.channel.close()
+
+
+def _trailing(exc: grpc.RpcError) -> tuple[tuple[str, str], ...]:
+    trailing = getattr(exc, "trailing_metadata", None)
+    try:
+        return tuple((str(k), str(v)) for k, v in (trailing() or ())) if trailing else ()
+    except Exception:  # a failure without metadata (e.g. raised before any reply)
+        return ()
 
 
 def chunk_frames(tensor: int, data: memoryview, chunk_bytes: int) -> list[tuple[int, int, int]]:

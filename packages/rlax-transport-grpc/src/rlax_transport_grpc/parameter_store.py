@@ -7,7 +7,13 @@ destination arrays over the server's bulk port (bulk.py: nothing held beyond the
 where that port cannot be used, streams them as chunks through gRPC (a chunk or two
 held beyond them); either way each tensor's checksum is verified end to end, hashing
 the bytes as they arrive. Version watching is one server stream per client, opened on
-the first wait and re-opened after a reconnect.
+the first wait and re-opened after a reconnect (a server holding as many waiting calls
+as it allows refuses it: the client then polls the newest manifest until it can watch
+again).
+
+Every manifest from the server goes through ``parse_manifest`` before it is used, and
+a run that signs its weights (``signing``) publishes signed versions; readers verify
+them through :class:`~rlax_core.kit.transport.LazyTransport`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import numpy as np
 from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
 from rlax_core.errors import (
     ChecksumMismatchError,
+    RlaxError,
     TransportClosedError,
     VersionConflictError,
     VersionNotFoundError,
@@ -33,16 +40,21 @@ from rlax_core.kit.transport import (
     IncomingChecksum,
     VersionWatch,
     fetch_destinations,
+    parse_manifest,
     prepare_version,
     verify_received,
+    version_signer,
 )
 from rlax_core.types.policy import PolicyVersion
 from rlax_transport_grpc import bulk, wire
 from rlax_transport_grpc.channel import GrpcChannel, chunk_frames
 from rlax_transport_grpc.config import GrpcTransportConfig
+from rlax_transport_grpc.limits import ServerBusyError
 from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
 
 _BULK_RETRY_S = 300.0  # after a bulk fetch failed, stream for this long
+_POLL_WHILE_BUSY_S = 1.0  # how often a client the server cannot watch for asks instead
+_POLLS_BEFORE_WATCHING = 15  # then it tries to watch again
 
 
 class GrpcParameterStore(ParameterStore):
@@ -56,6 +68,8 @@ class GrpcParameterStore(ParameterStore):
     def __init__(self, channel: GrpcChannel, *, owns_channel: bool = False) -> None:
         self._ch = channel
         self._owns = owns_channel
+        self._signer = version_signer(channel.config.signing)
+        self._source = f"the gRPC parameter server at {channel.address}"
         self._chunk_bytes = channel.config.chunk_mb << 20
         self._heard = VersionWatch()  # the newest version heard of; the closed flag
         self._watch: Any = None
@@ -76,7 +90,7 @@ class GrpcParameterStore(ParameterStore):
         metadata: Mapping[str, Any] | None = None,
     ) -> PolicyVersion:
         self._check_open()
-        prepared = prepare_version(version, params, metadata)
+        prepared = prepare_version(version, params, metadata, signer=self._signer)
         info = prepared.info
         views = [memoryview(a.reshape(-1).view(np.uint8)) for a in prepared.arrays.values()]
 
@@ -108,7 +122,7 @@ class GrpcParameterStore(ParameterStore):
             "reading the latest version",
             lambda t: self._ch.params.GetManifest(pb.VersionRequest(version=-1), **self._ch.kw(t)),
         )
-        return PolicyVersion.from_bytes(reply.policy_json) if reply.policy_json else None
+        return parse_manifest(reply.policy_json, self._source) if reply.policy_json else None
 
     def versions(self) -> list[int]:
         self._check_open()
@@ -137,7 +151,9 @@ class GrpcParameterStore(ParameterStore):
                 for n, a in destinations.items()
             }
             # Chunks come in order, so each tensor is hashed as it arrives (IncomingChecksum).
-            checksums.update({name: IncomingChecksum() for name in destinations})
+            checksums.update(
+                {name: IncomingChecksum(info.checksum_algorithm) for name in destinations}
+            )
             for frame in self._ch.fetch_frames(request, **self._ch.kw(None)):
                 tensor, offset, data = wire.decode_chunk(frame)
                 flat = flats.get(tensor)
@@ -157,7 +173,7 @@ class GrpcParameterStore(ParameterStore):
                     f"{self._ch.address}; fetch again"
                 )
 
-        if self._fetch_over_bulk(request, destinations, checksums):
+        if self._fetch_over_bulk(request, info, destinations, checksums):
             self.fetch_route = "bulk"
         else:
             self._ch.call(f"fetch of version {info.version}", attempt)
@@ -197,14 +213,12 @@ class GrpcParameterStore(ParameterStore):
                 f"no policy version has been published to the parameter server at "
                 f"{self._ch.address} (namespace {self._ch.config.namespace!r})"
             )
-        info = PolicyVersion.from_bytes(reply.policy_json)
-        if info.expected_checksum() != info.checksum:
-            raise ChecksumMismatchError(f"the manifest of version {info.version} is corrupted")
-        return info
+        return parse_manifest(reply.policy_json, self._source)  # ManifestError: corrupted
 
     def _fetch_over_bulk(
         self,
         request: pb.FetchRequest,
+        info: PolicyVersion,
         destinations: dict[str, np.ndarray],
         checksums: dict[str, IncomingChecksum],
     ) -> bool:
@@ -225,11 +239,12 @@ class GrpcParameterStore(ParameterStore):
         if not reply.port:
             return False
         flats = [memoryview(a.reshape(-1).view(np.uint8)) for a in destinations.values()]
-        checksums.update({name: IncomingChecksum() for name in destinations})
+        checksums.update({name: IncomingChecksum(info.checksum_algorithm) for name in destinations})
         host = self._ch.address.rsplit(":", 1)[0]
         try:
-            bulk.receive((host, reply.port), reply.ticket, flats, list(checksums.values()),
-                         self._bulk_tls, host, self._ch.config.reconnect_timeout_s)  # fmt: skip
+            bulk.receive((host, reply.port), self._ch.credential, reply.ticket, flats,
+                         list(checksums.values()), self._bulk_tls, host,
+                         self._ch.config.reconnect_timeout_s)  # fmt: skip
         except OSError:  # ConnectionError and ssl.SSLError are OSErrors
             self._bulk_retry_at = time.monotonic() + _BULK_RETRY_S
             return False
@@ -237,9 +252,15 @@ class GrpcParameterStore(ParameterStore):
 
     @functools.cached_property
     def _bulk_tls(self) -> ssl.SSLContext | None:
-        """The bulk connection's TLS context (built once: it reads the CA file)."""
-        ca_file = self._ch.config.tls_ca_file
-        return None if ca_file is None else ssl.create_default_context(cafile=str(ca_file))
+        """The bulk connection's TLS context (built once: it reads the CA file, and the
+        client certificate for mutual TLS)."""
+        config = self._ch.config
+        if config.tls_ca_file is None:
+            return None
+        context = ssl.create_default_context(cafile=str(config.tls_ca_file))
+        if config.tls_cert_file is not None and config.tls_key_file is not None:
+            context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
+        return context
 
     def _ensure_watching(self) -> None:
         with self._watcher_lock:
@@ -257,12 +278,27 @@ class GrpcParameterStore(ParameterStore):
                     pb.VersionRequest(version=self._heard.newest), metadata=self._ch.metadata
                 )
                 for manifest in self._watch:
-                    version = PolicyVersion.from_bytes(manifest.policy_json).version
-                    self._heard.heard(version)
-            except (grpc.RpcError, ValueError):
+                    self._heard.heard(parse_manifest(manifest.policy_json, self._source).version)
+            except grpc.RpcError as exc:
+                if isinstance(self._ch.translate(exc, "watching versions"), ServerBusyError):
+                    self._poll_newest()
+            except (RlaxError, ValueError):
                 pass
             if not self._heard.closed:
                 time.sleep(0.2)  # the server is restarting: try again shortly
+
+    def _poll_newest(self) -> None:
+        """Asks for the newest version now and then, while the server cannot watch for us."""
+        for _ in range(_POLLS_BEFORE_WATCHING):
+            if self._heard.closed:
+                return
+            try:
+                latest = self.latest()
+            except RlaxError:
+                return
+            if latest is not None:
+                self._heard.heard(latest.version)
+            time.sleep(_POLL_WHILE_BUSY_S)
 
     def _check_open(self) -> None:
         if self._heard.closed:

@@ -15,6 +15,7 @@ from rlax_core.kit.transport import queue_item
 from rlax_core.types.lease import Lease, QueueStats
 from rlax_transport_grpc.channel import GrpcChannel
 from rlax_transport_grpc.config import GrpcTransportConfig
+from rlax_transport_grpc.limits import ServerBusyError
 from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
 
 # A blocked get(timeout=None) asks the server again this often.
@@ -85,7 +86,14 @@ class GrpcQueue(Queue):
             request = pb.GetRequest(
                 queue=self._name, lease_s=lease_s, timeout_s=min(wait, _LONG_POLL_S)
             )
-            reply = self._unary("get", self._ch.queues.Get, request)
+            try:
+                reply = self._unary("get", self._ch.queues.Get, request, retry_busy=False)
+            except ServerBusyError as busy:  # no item was ready, and no place to wait
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                time.sleep(busy.retry_after_s if left is None else min(busy.retry_after_s, left))
+                continue
             if reply.found:
                 return _lease(self._name, reply)
             if deadline is not None and time.monotonic() >= deadline:
@@ -120,7 +128,7 @@ class GrpcQueue(Queue):
         if self._owns:
             self._ch.close()
 
-    def _unary(self, what: str, method: Any, request: Any) -> Any:
+    def _unary(self, what: str, method: Any, request: Any, *, retry_busy: bool = True) -> Any:
         """One call, cancellable by :meth:`close` (a blocked get must wake)."""
 
         def attempt(timeout: float) -> Any:
@@ -138,7 +146,7 @@ class GrpcQueue(Queue):
                     self._inflight.discard(call)
 
         try:
-            return self._ch.call(f"{what} on queue {self._name!r}", attempt)
+            return self._ch.call(f"{what} on queue {self._name!r}", attempt, retry_busy=retry_busy)
         except TransportClosedError:
             self._check_open()
             raise

@@ -65,6 +65,16 @@ class FileQueueJournal(QueueJournal):
                 items.append((item_id, data.read(live.length), live.deliveries))
         return items, list(self._done), self._dead
 
+    @property
+    def live_items(self) -> int:
+        """Items queued or leased (the server's item quota counts them)."""
+        return len(self._live)
+
+    @property
+    def live_bytes(self) -> int:
+        """Bytes of the payloads of those items (the server's byte quota counts them)."""
+        return self._live_bytes
+
     # -- QueueJournal --
 
     def added(self, item_id: str, payload: bytes) -> None:

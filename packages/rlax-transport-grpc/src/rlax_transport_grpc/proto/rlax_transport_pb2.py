@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14rlax_transport.proto\x12\x11rlax.transport.v1\"\x07\n\x05\x45mpty\">\n\nServerInfo\x12\x15\n\rkeep_versions\x18\x01 \x01(\r\x12\x19\n\x11max_message_bytes\x18\x02 \x01(\x04\"\x1f\n\x08Manifest\x12\x13\n\x0bpolicy_json\x18\x01 \x01(\x0c\"y\n\x0cPublishFrame\x12/\n\x08manifest\x18\x01 \x01(\x0b\x32\x1b.rlax.transport.v1.ManifestH\x00\x12/\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x1e.rlax.transport.v1.TensorChunkH\x00\x42\x07\n\x05\x66rame\";\n\x0bTensorChunk\x12\x0e\n\x06tensor\x18\x01 \x01(\x07\x12\x0e\n\x06offset\x18\x02 \x01(\x06\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"!\n\x0eVersionRequest\x12\x0f\n\x07version\x18\x01 \x01(\x12\"\x1f\n\x0bVersionList\x12\x10\n\x08versions\x18\x01 \x03(\x03\".\n\x0c\x46\x65tchRequest\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\r\n\x05names\x18\x02 \x03(\t\"*\n\nBulkTicket\x12\x0e\n\x06ticket\x18\x01 \x01(\x0c\x12\x0c\n\x04port\x18\x02 \x01(\r\"9\n\x10OpenQueueRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x16\n\x0emax_deliveries\x18\x02 \x01(\r\"\x19\n\x08QueueRef\x12\r\n\x05queue\x18\x01 \x01(\t\"=\n\nPutRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x0f\n\x07item_id\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\"\x19\n\x08PutReply\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x01 \x01(\x08\"?\n\nGetRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x0f\n\x07lease_s\x18\x02 \x01(\x01\x12\x11\n\ttimeout_s\x18\x03 \x01(\x01\"r\n\nLeaseReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\x0f\n\x07item_id\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\r\n\x05token\x18\x04 \x01(\t\x12\x10\n\x08\x64\x65livery\x18\x05 \x01(\r\x12\x12\n\nexpires_at\x18\x06 \x01(\x01\"9\n\x08LeaseRef\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x0f\n\x07item_id\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\t\"L\n\rExtendRequest\x12*\n\x05lease\x18\x01 \x01(\x0b\x32\x1b.rlax.transport.v1.LeaseRef\x12\x0f\n\x07lease_s\x18\x02 \x01(\x01\"9\n\nStatsReply\x12\r\n\x05ready\x18\x01 \x01(\x04\x12\x0e\n\x06leased\x18\x02 \x01(\x04\x12\x0c\n\x04\x64\x65\x61\x64\x18\x03 \x01(\x04\x32\xa6\x04\n\x0fParameterServer\x12?\n\x04Ping\x12\x18.rlax.transport.v1.Empty\x1a\x1d.rlax.transport.v1.ServerInfo\x12I\n\x07Publish\x12\x1f.rlax.transport.v1.PublishFrame\x1a\x1b.rlax.transport.v1.Manifest(\x01\x12M\n\x0bGetManifest\x12!.rlax.transport.v1.VersionRequest\x1a\x1b.rlax.transport.v1.Manifest\x12H\n\x0cListVersions\x12\x18.rlax.transport.v1.Empty\x1a\x1e.rlax.transport.v1.VersionList\x12J\n\x05\x46\x65tch\x12\x1f.rlax.transport.v1.FetchRequest\x1a\x1e.rlax.transport.v1.TensorChunk0\x01\x12Q\n\rWatchVersions\x12!.rlax.transport.v1.VersionRequest\x1a\x1b.rlax.transport.v1.Manifest0\x01\x12O\n\rOpenBulkFetch\x12\x1f.rlax.transport.v1.FetchRequest\x1a\x1d.rlax.transport.v1.BulkTicket2\xe9\x03\n\x06Queues\x12J\n\tOpenQueue\x12#.rlax.transport.v1.OpenQueueRequest\x1a\x18.rlax.transport.v1.Empty\x12\x41\n\x03Put\x12\x1d.rlax.transport.v1.PutRequest\x1a\x1b.rlax.transport.v1.PutReply\x12\x43\n\x03Get\x12\x1d.rlax.transport.v1.GetRequest\x1a\x1d.rlax.transport.v1.LeaseReply\x12<\n\x03\x41\x63k\x12\x1b.rlax.transport.v1.LeaseRef\x1a\x18.rlax.transport.v1.Empty\x12=\n\x04Nack\x12\x1b.rlax.transport.v1.LeaseRef\x1a\x18.rlax.transport.v1.Empty\x12I\n\x06\x45xtend\x12 .rlax.transport.v1.ExtendRequest\x1a\x1d.rlax.transport.v1.LeaseReply\x12\x43\n\x05Stats\x12\x1b.rlax.transport.v1.QueueRef\x1a\x1d.rlax.transport.v1.StatsReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14rlax_transport.proto\x12\x11rlax.transport.v1\"\x07\n\x05\x45mpty\"\xcf\x01\n\nServerInfo\x12\x15\n\rkeep_versions\x18\x01 \x01(\r\x12\x19\n\x11max_message_bytes\x18\x02 \x01(\x04\x12\x15\n\rwaiting_calls\x18\x03 \x01(\r\x12\x15\n\rfetch_streams\x18\x04 \x01(\r\x12\x18\n\x10\x62ulk_connections\x18\x05 \x01(\r\x12\x14\n\x0crefused_busy\x18\x06 \x01(\x04\x12\x14\n\x0crefused_bulk\x18\x07 \x01(\x04\x12\x1b\n\x13refused_credentials\x18\x08 \x01(\x04\"\x1f\n\x08Manifest\x12\x13\n\x0bpolicy_json\x18\x01 \x01(\x0c\"y\n\x0cPublishFrame\x12/\n\x08manifest\x18\x01 \x01(\x0b\x32\x1b.rlax.transport.v1.ManifestH\x00\x12/\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x1e.rlax.transport.v1.TensorChunkH\x00\x42\x07\n\x05\x66rame\";\n\x0bTensorChunk\x12\x0e\n\x06tensor\x18\x01 \x01(\x07\x12\x0e\n\x06offset\x18\x02 \x01(\x06\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"!\n\x0eVersionRequest\x12\x0f\n\x07version\x18\x01 \x01(\x12\"\x1f\n\x0bVersionList\x12\x10\n\x08versions\x18\x01 \x03(\x03\".\n\x0c\x46\x65tchRequest\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\r\n\x05names\x18\x02 \x03(\t\"*\n\nBulkTicket\x12\x0e\n\x06ticket\x18\x01 \x01(\x0c\x12\x0c\n\x04port\x18\x02 \x01(\r\"9\n\x10OpenQueueRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x16\n\x0emax_deliveries\x18\x02 \x01(\r\"\x19\n\x08QueueRef\x12\r\n\x05queue\x18\x01 \x01(\t\"=\n\nPutRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x0f\n\x07item_id\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\"\x19\n\x08PutReply\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x01 \x01(\x08\"?\n\nGetRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x0f\n\x07lease_s\x18\x02 \x01(\x01\x12\x11\n\ttimeout_s\x18\x03 \x01(\x01\"r\n\nLeaseReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\x0f\n\x07item_id\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\r\n\x05token\x18\x04 \x01(\t\x12\x10\n\x08\x64\x65livery\x18\x05 \x01(\r\x12\x12\n\nexpires_at\x18\x06 \x01(\x01\"9\n\x08LeaseRef\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x0f\n\x07item_id\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\t\"L\n\rExtendRequest\x12*\n\x05lease\x18\x01 \x01(\x0b\x32\x1b.rlax.transport.v1.LeaseRef\x12\x0f\n\x07lease_s\x18\x02 \x01(\x01\"9\n\nStatsReply\x12\r\n\x05ready\x18\x01 \x01(\x04\x12\x0e\n\x06leased\x18\x02 \x01(\x04\x12\x0c\n\x04\x64\x65\x61\x64\x18\x03 \x01(\x04\x32\xa6\x04\n\x0fParameterServer\x12?\n\x04Ping\x12\x18.rlax.transport.v1.Empty\x1a\x1d.rlax.transport.v1.ServerInfo\x12I\n\x07Publish\x12\x1f.rlax.transport.v1.PublishFrame\x1a\x1b.rlax.transport.v1.Manifest(\x01\x12M\n\x0bGetManifest\x12!.rlax.transport.v1.VersionRequest\x1a\x1b.rlax.transport.v1.Manifest\x12H\n\x0cListVersions\x12\x18.rlax.transport.v1.Empty\x1a\x1e.rlax.transport.v1.VersionList\x12J\n\x05\x46\x65tch\x12\x1f.rlax.transport.v1.FetchRequest\x1a\x1e.rlax.transport.v1.TensorChunk0\x01\x12Q\n\rWatchVersions\x12!.rlax.transport.v1.VersionRequest\x1a\x1b.rlax.transport.v1.Manifest0\x01\x12O\n\rOpenBulkFetch\x12\x1f.rlax.transport.v1.FetchRequest\x1a\x1d.rlax.transport.v1.BulkTicket2\xe9\x03\n\x06Queues\x12J\n\tOpenQueue\x12#.rlax.transport.v1.OpenQueueRequest\x1a\x18.rlax.transport.v1.Empty\x12\x41\n\x03Put\x12\x1d.rlax.transport.v1.PutRequest\x1a\x1b.rlax.transport.v1.PutReply\x12\x43\n\x03Get\x12\x1d.rlax.transport.v1.GetRequest\x1a\x1d.rlax.transport.v1.LeaseReply\x12<\n\x03\x41\x63k\x12\x1b.rlax.transport.v1.LeaseRef\x1a\x18.rlax.transport.v1.Empty\x12=\n\x04Nack\x12\x1b.rlax.transport.v1.LeaseRef\x1a\x18.rlax.transport.v1.Empty\x12I\n\x06\x45xtend\x12 .rlax.transport.v1.ExtendRequest\x1a\x1d.rlax.transport.v1.LeaseReply\x12\x43\n\x05Stats\x12\x1b.rlax.transport.v1.QueueRef\x1a\x1d.rlax.transport.v1.StatsReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,42 +33,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EMPTY']._serialized_start=43
   _globals['_EMPTY']._serialized_end=50
-  _globals['_SERVERINFO']._serialized_start=52
-  _globals['_SERVERINFO']._serialized_end=114
-  _globals['_MANIFEST']._serialized_start=116
-  _globals['_MANIFEST']._serialized_end=147
-  _globals['_PUBLISHFRAME']._serialized_start=149
-  _globals['_PUBLISHFRAME']._serialized_end=270
-  _globals['_TENSORCHUNK']._serialized_start=272
-  _globals['_TENSORCHUNK']._serialized_end=331
-  _globals['_VERSIONREQUEST']._serialized_start=333
-  _globals['_VERSIONREQUEST']._serialized_end=366
-  _globals['_VERSIONLIST']._serialized_start=368
-  _globals['_VERSIONLIST']._serialized_end=399
-  _globals['_FETCHREQUEST']._serialized_start=401
-  _globals['_FETCHREQUEST']._serialized_end=447
-  _globals['_BULKTICKET']._serialized_start=449
-  _globals['_BULKTICKET']._serialized_end=491
-  _globals['_OPENQUEUEREQUEST']._serialized_start=493
-  _globals['_OPENQUEUEREQUEST']._serialized_end=550
-  _globals['_QUEUEREF']._serialized_start=552
-  _globals['_QUEUEREF']._serialized_end=577
-  _globals['_PUTREQUEST']._serialized_start=579
-  _globals['_PUTREQUEST']._serialized_end=640
-  _globals['_PUTREPLY']._serialized_start=642
-  _globals['_PUTREPLY']._serialized_end=667
-  _globals['_GETREQUEST']._serialized_start=669
-  _globals['_GETREQUEST']._serialized_end=732
-  _globals['_LEASEREPLY']._serialized_start=734
-  _globals['_LEASEREPLY']._serialized_end=848
-  _globals['_LEASEREF']._serialized_start=850
-  _globals['_LEASEREF']._serialized_end=907
-  _globals['_EXTENDREQUEST']._serialized_start=909
-  _globals['_EXTENDREQUEST']._serialized_end=985
-  _globals['_STATSREPLY']._serialized_start=987
-  _globals['_STATSREPLY']._serialized_end=1044
-  _globals['_PARAMETERSERVER']._serialized_start=1047
-  _globals['_PARAMETERSERVER']._serialized_end=1597
-  _globals['_QUEUES']._serialized_start=1600
-  _globals['_QUEUES']._serialized_end=2089
+  _globals['_SERVERINFO']._serialized_start=53
+  _globals['_SERVERINFO']._serialized_end=260
+  _globals['_MANIFEST']._serialized_start=262
+  _globals['_MANIFEST']._serialized_end=293
+  _globals['_PUBLISHFRAME']._serialized_start=295
+  _globals['_PUBLISHFRAME']._serialized_end=416
+  _globals['_TENSORCHUNK']._serialized_start=418
+  _globals['_TENSORCHUNK']._serialized_end=477
+  _globals['_VERSIONREQUEST']._serialized_start=479
+  _globals['_VERSIONREQUEST']._serialized_end=512
+  _globals['_VERSIONLIST']._serialized_start=514
+  _globals['_VERSIONLIST']._serialized_end=545
+  _globals['_FETCHREQUEST']._serialized_start=547
+  _globals['_FETCHREQUEST']._serialized_end=593
+  _globals['_BULKTICKET']._serialized_start=595
+  _globals['_BULKTICKET']._serialized_end=637
+  _globals['_OPENQUEUEREQUEST']._serialized_start=639
+  _globals['_OPENQUEUEREQUEST']._serialized_end=696
+  _globals['_QUEUEREF']._serialized_start=698
+  _globals['_QUEUEREF']._serialized_end=723
+  _globals['_PUTREQUEST']._serialized_start=725
+  _globals['_PUTREQUEST']._serialized_end=786
+  _globals['_PUTREPLY']._serialized_start=788
+  _globals['_PUTREPLY']._serialized_end=813
+  _globals['_GETREQUEST']._serialized_start=815
+  _globals['_GETREQUEST']._serialized_end=878
+  _globals['_LEASEREPLY']._serialized_start=880
+  _globals['_LEASEREPLY']._serialized_end=994
+  _globals['_LEASEREF']._serialized_start=996
+  _globals['_LEASEREF']._serialized_end=1053
+  _globals['_EXTENDREQUEST']._serialized_start=1055
+  _globals['_EXTENDREQUEST']._serialized_end=1131
+  _globals['_STATSREPLY']._serialized_start=1133
+  _globals['_STATSREPLY']._serialized_end=1190
+  _globals['_PARAMETERSERVER']._serialized_start=1193
+  _globals['_PARAMETERSERVER']._serialized_end=1743
+  _globals['_QUEUES']._serialized_start=1746
+  _globals['_QUEUES']._serialized_end=2235
 # @@protoc_insertion_point(module_scope)

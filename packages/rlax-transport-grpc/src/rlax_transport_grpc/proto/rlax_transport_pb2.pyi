@@ -11,12 +11,24 @@ class Empty(_message.Message):
     def __init__(self) -> None: ...
 
 class ServerInfo(_message.Message):
-    __slots__ = ("keep_versions", "max_message_bytes")
+    __slots__ = ("keep_versions", "max_message_bytes", "waiting_calls", "fetch_streams", "bulk_connections", "refused_busy", "refused_bulk", "refused_credentials")
     KEEP_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WAITING_CALLS_FIELD_NUMBER: _ClassVar[int]
+    FETCH_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    BULK_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_BUSY_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_BULK_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
     keep_versions: int
     max_message_bytes: int
-    def __init__(self, keep_versions: _Optional[int] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
+    waiting_calls: int
+    fetch_streams: int
+    bulk_connections: int
+    refused_busy: int
+    refused_bulk: int
+    refused_credentials: int
+    def __init__(self, keep_versions: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., waiting_calls: _Optional[int] = ..., fetch_streams: _Optional[int] = ..., bulk_connections: _Optional[int] = ..., refused_busy: _Optional[int] = ..., refused_bulk: _Optional[int] = ..., refused_credentials: _Optional[int] = ...) -> None: ...
 
 class Manifest(_message.Message):
     __slots__ = ("policy_json",)

@@ -119,7 +119,8 @@ class ParameterServerServicer:
 
     def OpenBulkFetch(self, request, context):
         """A one-time ticket for the same bytes as Fetch, sent raw over the server's bulk TCP
-        port (see rlax_transport_grpc.bulk); port 0: the server has none, use Fetch.
+        port after the caller's credential (see rlax_transport_grpc.bulk); port 0: the
+        server has none, use Fetch.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
