@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import secrets
 import socket
 import ssl
 from collections import deque
@@ -32,10 +33,14 @@ from urllib.parse import urlparse
 import numpy as np
 
 from rlax_core.errors import TransportAuthError, TransportError, TransportUnreachableError
+from rlax_transport_nats.auth import client_auth
 from rlax_transport_nats.config import NatsTransportConfig
 
 _CRLF = b"\r\n"
-_INBOX = "_RLAX_BULK"
+_DENIED = "Permissions Violation"
+# JetStream refuses a second message on a subject of a stream that keeps one per subject
+# and discards new ones (the weight chunks): a chunk re-sent after a reconnect.
+_ALREADY_STORED = "maximum messages per subject exceeded"
 
 
 class ChunkNotFoundError(TransportError):
@@ -59,6 +64,8 @@ class BulkConnection:
 
     def __init__(self, config: NatsTransportConfig) -> None:
         self._config = config
+        self._auth = client_auth(config)
+        self._inbox = f"{self._auth.inbox_prefix}.bulk{secrets.token_hex(8)}"
         self._buffer = bytearray()
         self._sequence = 0
         self.max_payload = 0
@@ -117,6 +124,8 @@ class BulkConnection:
                 self._send(f"PUB $JS.API.DIRECT.GET.{stream}.{subject} {reply} 0\r\n\r\n".encode())
                 sent += 1
             kind, args = self._read_control()
+            if kind == "-ERR":
+                raise _refusal(" ".join(args), f"direct get from {stream}")
             if kind == "MSG":  # the ack of a publish we gave up on earlier
                 self._discard(int(args[-1]) + 2)
                 continue
@@ -205,7 +214,7 @@ class BulkConnection:
                 text = " ".join(args)
                 error = TransportAuthError if "uthorization" in text else TransportError
                 raise error(f"NATS at {url} refused the connection: {text}")
-        self._send(f"SUB {_INBOX}.{id(self)}.* 1\r\n".encode())
+        self._send(f"SUB {self._inbox}.* 1\r\n".encode())
         sock.settimeout(min(30.0, self._config.reconnect_timeout_s))
         return sock
 
@@ -224,22 +233,22 @@ class BulkConnection:
             ) from None
 
     def _credentials(self, info: dict) -> dict:
-        config = self._config
-        if config.token is not None:
-            return {"auth_token": config.token}
-        if config.user is not None:
-            return {"user": config.user, "pass": config.password}
-        if config.nkey_seed_file is not None:
+        auth = self._auth
+        if auth.token is not None:
+            return {"auth_token": auth.token}
+        if auth.user is not None:
+            return {"user": auth.user, "pass": auth.password}
+        if auth.nkey_seed_file is not None:
             import nkeys
 
-            pair = nkeys.from_seed(bytearray(config.nkey_seed_file.read_bytes().strip()))
+            pair = nkeys.from_seed(bytearray(auth.nkey_seed_file.read_bytes().strip()))
             signed = base64.b64encode(pair.sign(info.get("nonce", "").encode())).decode()
             return {"nkey": pair.public_key.decode(), "sig": signed}
         return {}
 
     def _next_inbox(self) -> str:
         self._sequence += 1
-        return f"{_INBOX}.{id(self)}.{self._sequence}"
+        return f"{self._inbox}.{self._sequence}"
 
     def _send(self, *parts: bytes | memoryview) -> None:
         try:
@@ -252,14 +261,20 @@ class BulkConnection:
         while True:
             kind, args = self._read_control()
             if kind == "-ERR":  # e.g. a payload over max_payload; the server hangs up
-                raise TransportError(f"NATS refused a chunk: {' '.join(args)}")
+                raise _refusal(" ".join(args), "a chunk publish")
             if kind == "MSG":
                 body = self._read_exact(int(args[-1]) + 2)[:-2]
                 if args[0] != reply:
                     continue
-                answer = json.loads(body) if body else {}
-                if "error" in answer:
-                    raise TransportError(f"JetStream refused a chunk: {answer['error']}")
+                try:
+                    answer = json.loads(body) if body else {}
+                except ValueError:
+                    raise TransportError(f"JetStream answered a chunk with {body[:80]!r}") from None
+                error = answer.get("error") if isinstance(answer, dict) else None
+                if error is not None:
+                    if _ALREADY_STORED in str(error):
+                        return  # stored by an earlier attempt of this very publish
+                    raise TransportError(f"JetStream refused a chunk: {error}")
                 return
             if kind == "HMSG":  # a no-responders status: JetStream is not there yet
                 self._discard(int(args[-1]) + 2)
@@ -320,6 +335,16 @@ class BulkConnection:
         if size > 0:
             scratch = np.empty(size, np.uint8)  # rare: replies for abandoned requests
             self._read_into(memoryview(scratch))
+
+
+def _refusal(text: str, what: str) -> TransportError:
+    """The error for a ``-ERR`` line: a denied subject is a credentials problem."""
+    if _DENIED in text:
+        return TransportAuthError(
+            f"NATS denied {what} to this client ({text}); each role may do its own part "
+            "only: check that this process has its role's credentials_file"
+        )
+    return TransportError(f"NATS refused {what}: {text}")
 
 
 __all__ = ["BulkConnection", "BulkUnavailableError", "ChunkNotFoundError"]

@@ -36,6 +36,32 @@ class NatsServerSettings(BaseModel):
         description="Port of nats-server's HTTP monitoring endpoint (/varz, /jsz), on the "
         "address it listens on, for an autoscaler that reads a queue's backlog (null: off).",
     )
+    credentials_dir: Path | None = Field(
+        default=None,
+        description="Folder with one ROLE:SECRET file per role (trainer, worker, verifier), as "
+        "`rlax credentials DIR` writes in DIR/server/credentials: the server lets each role in "
+        "with its own secret and gives it its part only (see the README's permission table). "
+        "Null: the token, user/password or nkey of the transport settings, with every right.",
+    )
+    verify_clients: bool = Field(
+        default=False,
+        description="Mutual TLS: refuse clients without a certificate signed by "
+        "tls_ca_file (nats-server's tls { verify: true }); clients set tls_cert_file.",
+    )
+    max_lease_s: float = Field(
+        default=86400.0,
+        gt=0,
+        description="With credentials_dir, how long a client may answer (ack, extend, hand "
+        "back) an item it was handed: the longest lease any role takes.",
+    )
+
+    @model_validator(mode="after")
+    def _tls_is_complete(self) -> NatsServerSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("server.tls_cert_file and server.tls_key_file go together")
+        if self.verify_clients and self.tls_cert_file is None:
+            raise ValueError("server.verify_clients needs server.tls_cert_file and tls_key_file")
+        return self
 
 
 class NatsTransportConfig(NetworkTransportSettings):
@@ -77,6 +103,26 @@ class NatsTransportConfig(NetworkTransportSettings):
         default=None, description="Client certificate (PEM), where the server asks for one."
     )
     tls_key_file: Path | None = Field(default=None, description="Private key of tls_cert_file.")
+    max_weights_gb: float = Field(
+        default=16.0,
+        gt=0,
+        description="Most bytes the weight stream may hold, in GB (10^9 bytes): keep_versions "
+        "+ 1 versions are stored at once while one is published; past it a publish is refused. "
+        "JetStream reserves it when the stream is made, so the server's store must have room.",
+    )
+    max_queue_items: int = Field(
+        default=1_000_000, ge=1, description="Most items one queue holds; past it a put is refused."
+    )
+    max_queue_gb: float = Field(
+        default=1.0,
+        gt=0,
+        description="Most bytes one queue holds, in GB (10^9 bytes); past it a put is refused.",
+    )
+    max_dead_letters: int = Field(
+        default=100_000,
+        ge=1,
+        description="Dead-letter notices kept per queue (the oldest go first).",
+    )
     server: NatsServerSettings = Field(
         default_factory=NatsServerSettings,
         description="Used only by `rlax serve` when it starts a nats-server itself.",
@@ -92,6 +138,7 @@ class NatsTransportConfig(NetworkTransportSettings):
                 ("user/password", self.user),
                 ("token", self.token),
                 ("nkey_seed_file", self.nkey_seed_file),
+                ("credentials_file", self.credentials_file),
             )
             if value is not None
         ]

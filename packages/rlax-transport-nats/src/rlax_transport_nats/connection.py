@@ -17,6 +17,7 @@ import concurrent.futures
 import contextlib
 import ssl
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -32,9 +33,14 @@ from rlax_core.errors import (
     TransportError,
     TransportUnreachableError,
 )
+from rlax_transport_nats.auth import ClientAuth, client_auth
 from rlax_transport_nats.config import NatsTransportConfig
 
 T = TypeVar("T")
+# nats-server's asynchronous error for a subject the client's permissions deny; the
+# request it answers then times out, so the error is kept to explain the timeout.
+_DENIED = "Permissions Violation"
+_DENIAL_MEMORY_S = 30.0
 
 _ATTEMPT_S = 5.0
 
@@ -72,6 +78,8 @@ class NatsConnection:
     def __init__(self, config: NatsTransportConfig) -> None:
         self.config = config
         self.address = config.address
+        self.auth: ClientAuth = client_auth(config)
+        self._denials: list[tuple[float, str]] = []
         self._closed = False
         self._inflight: set[concurrent.futures.Future] = set()
         self._lock = threading.Lock()
@@ -162,6 +170,24 @@ class NatsConnection:
                 if inflight is not None:
                     inflight.discard(future)
 
+    def raise_if_denied(self, what: str) -> None:
+        """Raises ``TransportAuthError`` if the server recently denied this client a subject.
+
+        nats-server refuses a denied publish or subscribe with an asynchronous error and
+        drops the message, so the call itself only times out; this names the cause.
+        """
+        with self._lock:
+            now = time.monotonic()
+            recent = [text for at, text in self._denials if now - at < _DENIAL_MEMORY_S]
+            self._denials.clear()
+        if recent:
+            raise TransportAuthError(
+                f"{what} on NATS at {self.address}: the server denied it to "
+                f"{self.auth.describe()} ({recent[-1]}); each role may do its own part only "
+                "(see the rlax-transport-nats README); check that this process has its "
+                "role's credentials_file"
+            )
+
     def call_retrying(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
         """Like :meth:`call`, but retries ``make()`` across reconnections.
 
@@ -180,6 +206,7 @@ class NatsConnection:
             try:
                 return await make()
             except RETRYABLE as exc:
+                self.raise_if_denied(what)
                 if self._closed:
                     raise TransportClosedError(
                         f"the NATS connection to {self.address} is closed"
@@ -219,18 +246,18 @@ class NatsConnection:
             "max_outstanding_pings": 3,
             "error_cb": self._on_error,
             "reconnected_cb": self._on_reconnected,
-            "name": "rlax",
+            "name": f"rlax-{self.auth.role or 'client'}",
+            "inbox_prefix": self.auth.inbox_prefix,
         }
-        if self.config.user is not None:
-            options.update(user=self.config.user, password=self.config.password)
-        if self.config.token is not None:
-            options["token"] = self.config.token
-        if self.config.nkey_seed_file is not None:
-            if not self.config.nkey_seed_file.is_file():
-                raise TransportAuthError(
-                    f"nkey_seed_file {self.config.nkey_seed_file} does not exist"
-                )
-            options["nkeys_seed"] = str(self.config.nkey_seed_file)
+        auth = self.auth
+        if auth.user is not None:
+            options.update(user=auth.user, password=auth.password)
+        if auth.token is not None:
+            options["token"] = auth.token
+        if auth.nkey_seed_file is not None:
+            if not auth.nkey_seed_file.is_file():
+                raise TransportAuthError(f"nkey_seed_file {auth.nkey_seed_file} does not exist")
+            options["nkeys_seed"] = str(auth.nkey_seed_file)
         if self.config.tls_ca_file is not None or self.config.tls_cert_file is not None:
             options["tls"] = self._tls_context()
         try:
@@ -260,8 +287,9 @@ class NatsConnection:
         text = f"{type(cause).__name__}: {cause}".strip()
         if isinstance(cause, nats.errors.AuthorizationError) or "uthorization" in text:
             return TransportAuthError(
-                f"NATS at {self.address} refused this client's credentials ({text}); check "
-                "user/password, token or nkey_seed_file against the server's authorization"
+                f"NATS at {self.address} refused {self.auth.describe()} ({text}); check "
+                "credentials_file (or user/password, token, nkey_seed_file) against the "
+                "server's authorization"
             )
         if isinstance(cause, ssl.SSLError) or "SSL" in text or "certificate" in text:
             return TransportAuthError(
@@ -275,6 +303,10 @@ class NatsConnection:
         )
 
     async def _on_error(self, exc: Exception) -> None:
+        if _DENIED in str(exc):
+            with self._lock:
+                self._denials = [*self._denials[-9:], (time.monotonic(), str(exc))]
+            return
         self._last_error = exc
         if isinstance(exc, nats.errors.AuthorizationError) or "uthorization" in str(exc):
             self._auth_error = exc

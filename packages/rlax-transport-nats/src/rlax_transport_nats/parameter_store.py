@@ -1,19 +1,26 @@
 """The parameter store on JetStream: chunk messages first, the manifest last.
 
-The layout (a data stream of chunks and a manifest stream, per namespace) is in
-:mod:`~rlax_transport_nats.param_streams`. A version is visible once its manifest
-exists, and the manifest is written after every chunk is stored, with
-``Nats-Expected-Last-Sequence``, so two publishers cannot both win and a version never
-goes back. Readers fetch chunks one at a time by subject
-(direct get) straight into the destination arrays and verify every tensor's XXH3
-checksum. Watchers subscribe to the manifest subjects: JetStream publishes are plain
-NATS messages too, so every client hears of a new version at once, without polling.
+The layout (a data stream of chunks and a manifest stream, per namespace, both
+immutable per version) is in :mod:`~rlax_transport_nats.param_streams`. A version is
+visible once its manifest exists, and the manifest is written after every chunk is
+stored, with ``Nats-Expected-Last-Sequence``, so two publishers cannot both win and a
+version never goes back. Where the run signs its weights (``signing``), the trainer signs
+each manifest and its tensors are hashed with BLAKE3.
+
+Readers trust nothing they read: every manifest is checked before anything is allocated
+(:mod:`~rlax_transport_nats.manifest_format`), chunks are fetched one at a time by
+subject (direct get) straight into the destination arrays, and every tensor's checksum
+is verified. ``latest()`` is the newest *valid* version: a manifest that is malformed,
+or unsigned where the run signs, is skipped with a warning (and purged by the trainer's
+next publish), so junk at a huge version neither crashes readers nor blocks the trainer.
+Watchers subscribe to the announcements the manifest stream republishes: every client
+hears of a new version at once, without polling.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import secrets
 import threading
 import time
@@ -26,6 +33,9 @@ import numpy as np
 from rlax_core.contracts.parameter_store import FetchedParameters, ParameterStore
 from rlax_core.errors import (
     ChecksumMismatchError,
+    ConfigError,
+    ForgedVersionError,
+    ManifestError,
     TransportClosedError,
     TransportUnreachableError,
     VersionConflictError,
@@ -37,12 +47,16 @@ from rlax_core.kit.transport import (
     fetch_destinations,
     prepare_version,
     verify_received,
+    version_signer,
 )
 from rlax_core.types.policy import PolicyVersion
 from rlax_transport_nats.bulk import BulkConnection, BulkUnavailableError, ChunkNotFoundError
 from rlax_transport_nats.config import NatsTransportConfig
 from rlax_transport_nats.connection import NatsConnection
-from rlax_transport_nats.param_streams import ParamStreams, chunk_count
+from rlax_transport_nats.manifest_format import MIN_CHUNK_BYTES, ManifestReader, StoredManifest
+from rlax_transport_nats.param_streams import ParamStreams, chunk_count, manifest_version
+
+logger = logging.getLogger(__name__)
 
 # JetStream error code: the stream does not exist (memory streams do not outlive a
 # server restart).
@@ -80,6 +94,9 @@ class NatsParameterStore(ParameterStore):
         self._streams = ParamStreams(connection, config)
         max_payload = connection.nc.max_payload
         self._chunk_bytes = min(config.chunk_mb << 20, max_payload)
+        self._signer = version_signer(config.signing)
+        self._reader = ManifestReader(config.signing, f"NATS at {connection.address}")
+        self._rejected: set[int] = set()  # invalid versions already warned about
         self._heard = VersionWatch()  # the newest version heard of; the closed flag
         self._bulk_pool: list[BulkConnection] = []
         self._bulk_lock = threading.Lock()
@@ -110,17 +127,24 @@ class NatsParameterStore(ParameterStore):
         metadata: Mapping[str, Any] | None = None,
     ) -> PolicyVersion:
         self._check_open()
-        prepared = prepare_version(version, params, metadata)
+        if self._chunk_bytes < MIN_CHUNK_BYTES:
+            raise ConfigError(
+                f"NATS at {self._conn.address} takes messages of at most {self._chunk_bytes} "
+                f"bytes (max_payload); weight chunks need at least {MIN_CHUNK_BYTES}"
+            )
+        prepared = prepare_version(version, params, metadata, signer=self._signer)
         info, arrays = prepared.info, prepared.arrays
         upload = secrets.token_hex(6)
-        manifest = json.dumps(
-            {
-                "policy": json.loads(info.to_bytes()),
-                "chunk_bytes": self._chunk_bytes,
-                "upload": upload,
-            }
-        ).encode()
-        newest, last_seq = self._call("reading the store", self._streams.manifest_state)
+        manifest = StoredManifest(info, self._chunk_bytes, upload).encode()
+        stored_at_once = info.nbytes * (self._config.keep_versions + 1)
+        if stored_at_once > self._config.max_weights_gb * 1e9:
+            raise ConfigError(
+                f"version {version} is {info.nbytes / 1e9:.1f} GB and the store holds "
+                f"keep_versions + 1 = {self._config.keep_versions + 1} versions at once "
+                f"({stored_at_once / 1e9:.1f} GB), more than transport.max_weights_gb = "
+                f"{self._config.max_weights_gb:g}: raise it (the server needs the room)"
+            )
+        newest, last_seq = self._call("reading the store", self._newest_and_sequence)
         if version <= newest:
             raise VersionConflictError(
                 f"cannot publish version {version}: version {newest} was already "
@@ -134,7 +158,7 @@ class NatsParameterStore(ParameterStore):
                 chunks.append((self._streams.chunk_subject(version, upload, index, chunk), part))
         try:
             # Chunks go straight from the arrays to the socket; a retry re-sends them all
-            # (one message per subject, so nothing is duplicated).
+            # (a chunk stored already is refused as such: nothing is duplicated).
             self._with_bulk(
                 f"publishing version {version}", lambda bulk: bulk.publish(chunks, _PUBLISH_WINDOW)
             )
@@ -155,8 +179,8 @@ class NatsParameterStore(ParameterStore):
 
     def latest(self) -> PolicyVersion | None:
         self._check_open()
-        versions = self._versions()
-        return self._manifest(versions[-1])[0] if versions else None
+        newest = self._call("reading the newest version", self._newest_valid)
+        return None if newest is None else newest.info
 
     def versions(self) -> list[int]:
         self._check_open()
@@ -170,13 +194,13 @@ class NatsParameterStore(ParameterStore):
     ) -> FetchedParameters:
         self._check_open()
         if version is None:
-            versions = self._versions()
-            if not versions:
+            newest = self._call("reading the newest version", self._newest_valid)
+            if newest is None:
                 raise VersionNotFoundError(
                     f"no policy version has been published to NATS at {self._conn.address} "
                     f"(namespace {self._config.namespace!r})"
                 )
-            version = versions[-1]
+            version = newest.info.version
         info, chunk_bytes, upload = self._manifest(version)
         index = {n: i for i, n in enumerate(info.names)}
         destinations = fetch_destinations(info, names, out)
@@ -199,7 +223,8 @@ class NatsParameterStore(ParameterStore):
             checksums[name].add(chunk * chunk_bytes, requests[i][1])
 
         def fetch_all(bulk: BulkConnection) -> list[int]:
-            checksums.update({name: IncomingChecksum() for name in wanted})  # per attempt
+            algorithm = info.checksum_algorithm
+            checksums.update({name: IncomingChecksum(algorithm) for name in wanted})  # per try
             window = max(1, min(_FETCH_WINDOW, _FETCH_IN_FLIGHT_BYTES // max(chunk_bytes, 1)))
             return bulk.fetch_many(self._streams.data_stream, requests, window, received)
 
@@ -220,9 +245,9 @@ class NatsParameterStore(ParameterStore):
 
     def wait_for_newer(self, than: int | None, timeout: float | None) -> PolicyVersion | None:
         self._check_open()
-        versions = self._versions()
-        if versions:
-            self._heard.heard(versions[-1])
+        newest = self.latest()
+        if newest is not None:
+            self._heard.heard(newest.version)
         if not self._heard.wait_newer(than, timeout, self._check_open):
             return None
         return self.latest()
@@ -252,25 +277,61 @@ class NatsParameterStore(ParameterStore):
         return self._manifest(version)
 
     def _manifest(self, version: int) -> tuple[PolicyVersion, int, str]:
-        subject = self._streams.manifest_subject(version)
+        what = f"reading the manifest of version {version}"
+        stored = self._call(what, lambda: self._read(version))
+        return stored.info, stored.chunk_bytes, stored.upload
 
-        async def get() -> Any:
-            return await self._conn.js.get_msg(
+    async def _read(self, version: int) -> StoredManifest:
+        """A version's manifest, checked (and signature-checked where the run signs).
+
+        Raises:
+            VersionNotFoundError: the version is not retained.
+            ManifestError / ForgedVersionError: see :class:`ManifestReader`.
+        """
+        subject = self._streams.manifest_subject(version)
+        try:
+            message = await self._conn.js.get_msg(
                 self._streams.manifest_stream, subject=subject, direct=True
             )
-
-        try:
-            message = self._call(f"reading the manifest of version {version}", get)
-        except nats.js.errors.NotFoundError:
+        except nats.js.errors.NotFoundError as exc:
+            if exc.err_code == _STREAM_NOT_FOUND:
+                raise
             raise VersionNotFoundError(
                 f"policy version {version} is not in the store at {self._conn.address} "
-                f"(retained: {self._versions() or 'none'})"
+                f"(retained: {await self._streams.versions() or 'none'})"
             ) from None
-        body = json.loads(message.data)
-        info = PolicyVersion.model_validate(body["policy"])
-        if info.expected_checksum() != info.checksum:
-            raise ChecksumMismatchError(f"the manifest of version {version} is corrupted")
-        return info, int(body["chunk_bytes"]), str(body["upload"])
+        return self._reader.read(message.data or b"", version)
+
+    async def _newest_valid(self) -> StoredManifest | None:
+        """The newest retained version whose manifest passes every check."""
+        return (await self._scan())[0]
+
+    async def _scan(self) -> tuple[StoredManifest | None, list[int]]:
+        """(the newest valid version, the invalid versions newer than it)."""
+        invalid: list[int] = []
+        for version in reversed(await self._streams.versions()):
+            try:
+                return await self._read(version), invalid
+            except VersionNotFoundError:
+                continue  # evicted meanwhile
+            except (ManifestError, ForgedVersionError) as exc:
+                invalid.append(version)
+                if version not in self._rejected:
+                    self._rejected.add(version)
+                    logger.warning("skipping policy version %d: %s", version, exc)
+        return None, invalid
+
+    async def _newest_and_sequence(self) -> tuple[int, int]:
+        """For a publish: the newest valid version (-1: none) and the sequence to expect.
+
+        Invalid manifests newer than the newest valid one are purged first: only a client
+        that should not write manifests can have put them there.
+        """
+        newest, invalid = await self._scan()
+        for version in invalid:
+            logger.warning("purging the invalid manifest of version %d", version)
+            await self._streams.purge_manifest(version)
+        return (-1 if newest is None else newest.info.version), await self._streams.last_sequence()
 
     def _with_bulk(self, what: str, work: Any) -> Any:
         """Runs ``work(bulk_connection)``, retrying on a fresh connection until the budget."""
@@ -313,11 +374,16 @@ class NatsParameterStore(ParameterStore):
         await self._streams.setup(self._on_manifest)
 
     async def _on_manifest(self, message: Any) -> None:
-        try:
-            version = int(message.subject.rsplit(".", 1)[1])
-        except ValueError:
+        """An announcement of a stored manifest: heard only once the manifest in the
+        stream passes every check, so neither junk nor a fake announcement wakes a waiter."""
+        version = manifest_version(message.subject)
+        if version is None:
             return
-        self._heard.heard(version)
+        try:
+            stored = await self._read(version)
+        except Exception:  # invalid, evicted or unreachable: not news
+            return
+        self._heard.heard(stored.info.version)
 
     def _call(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
         """Runs a JetStream call across reconnections; recreates streams the server lost.
@@ -343,8 +409,9 @@ class NatsParameterStore(ParameterStore):
 
     async def _catch_up(self) -> None:
         """After a reconnect: versions published while we were away wake waiters too."""
-        newest, _ = await self._streams.manifest_state()
-        self._heard.heard(newest)
+        newest = await self._newest_valid()
+        if newest is not None:
+            self._heard.heard(newest.info.version)
 
     def _check_open(self) -> None:
         if self._heard.closed:

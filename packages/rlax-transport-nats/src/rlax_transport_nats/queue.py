@@ -15,6 +15,12 @@ from the lease's own expiry time, before anything is sent.
 **Dead letters.** The consumer's ``max_deliver`` is ``max_deliveries``; the server's
 max-deliveries advisories for the consumer are captured by the stream
 ``RLAX_<ns>_Q_<name>_DEAD``, whose message count is the ``dead`` figure of :meth:`stats`.
+
+**Limits.** A queue holds at most ``max_queue_items`` items and ``max_queue_gb`` bytes; a
+put past them is refused (a ``TransportError`` saying the queue is full), never taken by
+dropping an older item. The stream takes one consumer, the shared one. Only the trainer
+(or a lab client) creates queues; other roles wait for them
+(:func:`~rlax_transport_nats.param_streams.ensure_stream`).
 """
 
 from __future__ import annotations
@@ -30,17 +36,28 @@ from typing import Any
 
 import nats.errors
 import nats.js.errors
-from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
 
 from rlax_core.contracts.queue import Queue
-from rlax_core.errors import LeaseExpiredError, TransportClosedError
+from rlax_core.errors import LeaseExpiredError, TransportClosedError, TransportError
 from rlax_core.kit.transport import queue_item
 from rlax_core.types.lease import Lease, QueueStats
+from rlax_transport_nats import permissions
 from rlax_transport_nats.config import NatsTransportConfig
 from rlax_transport_nats.connection import NatsConnection, api_error
+from rlax_transport_nats.param_streams import StreamMissingError, ensure_stream
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
-_CONSUMER = "workers"
+_CONSUMER = permissions.CONSUMER
+# JetStream's refusals of a put to a full stream (discard new).
+_FULL = ("maximum messages exceeded", "maximum bytes exceeded")
 # A blocked get(timeout=None) re-issues its pull request this often.
 _LONG_POLL_S = 5.0
 # get(timeout=0) still needs one round trip to the server.
@@ -74,9 +91,9 @@ class NatsQueue(Queue):
         self._config = config
         self._owns = owns_connection
         self._name = name
-        self._stream = f"RLAX_{config.namespace}_Q_{name}"
+        self._stream = permissions.queue_stream(config.namespace, name)
         self._dead_stream = f"{self._stream}_DEAD"
-        self._subject = f"rlax.{config.namespace}.q.{name}"
+        self._subject = permissions.queue_subject(config.namespace, name)
         self._max_deliveries = max_deliveries or config.max_deliveries
         self._tick = config.lease_tick_s
         self._closed = False
@@ -109,9 +126,19 @@ class NatsQueue(Queue):
         data = queue_item(item_id, payload)
 
         async def publish() -> Any:
-            return await self._conn.js.publish(
-                self._subject, data, headers={"Nats-Msg-Id": item_id}
-            )
+            try:
+                return await self._conn.js.publish(
+                    self._subject, data, headers={"Nats-Msg-Id": item_id}
+                )
+            except nats.js.errors.APIError as exc:  # 503, but waiting does not empty it
+                if any(full in str(exc.description) for full in _FULL):
+                    raise TransportError(
+                        f"queue {self._name!r} on NATS at {self._conn.address} is full "
+                        f"({exc.description}; max_queue_items {self._config.max_queue_items}, "
+                        f"max_queue_gb {self._config.max_queue_gb:g}): its consumers are "
+                        "behind or gone"
+                    ) from None
+                raise
 
         ack = self._call(self._conn.retrying(f"put to queue {self._name!r}", publish))
         return not ack.duplicate
@@ -249,6 +276,8 @@ class NatsQueue(Queue):
                     (message,) = await pull.fetch(1, timeout=min(wait, _LONG_POLL_S))
                     return message
                 except (TimeoutError, nats.errors.TimeoutError):
+                    # A role that may not lease from this queue waits in vain: say so.
+                    self._conn.raise_if_denied(f"leasing from queue {self._name!r}")
                     continue  # nothing yet, or the connection is coming back: ask again
         finally:
             self._pulls.append(pull)
@@ -281,58 +310,65 @@ class NatsQueue(Queue):
             await self._conn.nc.publish(subject, body)
 
     async def _setup(self) -> None:
-        js = self._conn.js
-        await _ensure(
-            js.stream_info,
-            js.add_stream,
+        config = self._config
+        await ensure_stream(
+            self._conn,
             StreamConfig(
                 name=self._stream,
                 subjects=[self._subject],
                 retention=RetentionPolicy.WORK_QUEUE,
                 storage=StorageType.FILE,
-                duplicate_window=self._config.dedupe_window_s,
+                duplicate_window=config.dedupe_window_s,
+                max_msgs=config.max_queue_items,
+                max_bytes=int(config.max_queue_gb * 1e9),
+                discard=DiscardPolicy.NEW,
+                max_consumers=1,
             ),
         )
-        await _ensure(
-            js.stream_info,
-            js.add_stream,
+        await ensure_stream(
+            self._conn,
             StreamConfig(
                 name=self._dead_stream,
                 subjects=[f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{self._stream}.{_CONSUMER}"],
                 storage=StorageType.FILE,
+                max_msgs=config.max_dead_letters,
+                discard=DiscardPolicy.OLD,
             ),
         )
-        try:
-            await js.consumer_info(self._stream, _CONSUMER)
-        except nats.js.errors.NotFoundError:
-            with contextlib.suppress(
-                nats.js.errors.BadRequestError
-            ):  # created by another client meanwhile
-                await js.add_consumer(
-                    self._stream,
-                    ConsumerConfig(
-                        durable_name=_CONSUMER,
-                        ack_policy=AckPolicy.EXPLICIT,
-                        ack_wait=self._tick,
-                        max_deliver=self._max_deliveries or -1,
-                        max_ack_pending=-1,
-                        max_waiting=4096,
-                    ),
-                )
+        await self._ensure_consumer()
         self._pulls.append(await self._subscribe())
+
+    async def _ensure_consumer(self) -> None:
+        js = self._conn.js
+        deadline = self._conn.loop.time() + self._config.reconnect_timeout_s
+        while True:
+            try:
+                await js.consumer_info(self._stream, _CONSUMER)
+                return
+            except nats.js.errors.NotFoundError:
+                if self._conn.auth.manages_streams:
+                    with contextlib.suppress(nats.js.errors.BadRequestError):  # made meanwhile
+                        await js.add_consumer(
+                            self._stream,
+                            ConsumerConfig(
+                                durable_name=_CONSUMER,
+                                ack_policy=AckPolicy.EXPLICIT,
+                                ack_wait=self._tick,
+                                max_deliver=self._max_deliveries or -1,
+                                max_ack_pending=-1,
+                                max_waiting=4096,
+                            ),
+                        )
+                    return
+                if self._conn.loop.time() >= deadline:
+                    raise StreamMissingError(
+                        f"queue {self._name!r} on NATS at {self._conn.address} has no consumer "
+                        f"and {self._conn.auth.describe()} may not create one: the trainer does"
+                    ) from None
+                await asyncio.sleep(0.5)
 
     def _check_open(self) -> None:
         if self._closed:
             raise TransportClosedError(
                 f"this client of queue {self._name!r} on NATS at {self._conn.address} is closed"
             )
-
-
-async def _ensure(info: Any, add: Any, config: StreamConfig) -> None:
-    try:
-        await info(config.name)
-    except nats.js.errors.NotFoundError:
-        with contextlib.suppress(
-            nats.js.errors.BadRequestError
-        ):  # created by another client meanwhile
-            await add(config)

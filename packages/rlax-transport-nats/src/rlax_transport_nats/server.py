@@ -16,11 +16,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlax_core.errors import RlaxError
-from rlax_core.kit.transport import signal_when_parent_dies
+from rlax_core.kit.transport import Role, RoleCredential, signal_when_parent_dies
+from rlax_transport_nats.permissions import authorization_block
 
 _READY_LINE = "Server is ready"
 _START_TIMEOUT_S = 20.0
@@ -53,15 +55,33 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @dataclass
 class NatsAuth:
-    """Who the server lets in: at most one of user/password, token, nkey (public key)."""
+    """Who the server lets in: a user per role, or at most one of user/password, token,
+    nkey (public key), with every right.
+
+    Attributes:
+        roles: each role's credential; its user gets its role's subjects only (see
+            :mod:`~rlax_transport_nats.permissions`).
+        namespace: the run's namespace (with ``roles``).
+        max_lease_s: how long a client may answer an item delivered to it (with ``roles``).
+    """
 
     user: str | None = None
     password: str | None = None
     token: str | None = None
     nkey: str | None = None
+    roles: Mapping[Role, RoleCredential] | None = None
+    namespace: str = "rlax"
+    max_lease_s: float = 86400.0
+
+    @property
+    def required(self) -> bool:
+        """Whether a client must present a credential."""
+        return bool(self.roles) or any(v is not None for v in (self.user, self.token, self.nkey))
 
     def config_block(self) -> str:
         """The ``authorization`` block of nats-server's config, or an empty string."""
+        if self.roles:
+            return authorization_block(self.roles, self.namespace, max_lease_s=self.max_lease_s)
         if self.token is not None:
             return f"authorization {{ token: {_quote(self.token)} }}\n"
         if self.user is not None:
@@ -83,6 +103,8 @@ class NatsServerProcess:
         store_dir: JetStream store (None: a temporary folder, removed by :meth:`stop`).
         auth: who may connect.
         tls_cert_file / tls_key_file: serve TLS with this certificate.
+        tls_ca_file / verify_clients: with ``verify_clients``, refuse clients without a
+            certificate that ``tls_ca_file`` signed (mutual TLS).
         max_payload_mb: the largest message accepted.
         monitoring_port: serve nats-server's HTTP monitoring endpoint on this port of
             ``host`` (None: off). It has no authentication, so it is off unless asked for.
@@ -97,6 +119,8 @@ class NatsServerProcess:
     auth: NatsAuth = field(default_factory=NatsAuth)
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
+    tls_ca_file: Path | None = None
+    verify_clients: bool = False
     max_payload_mb: int = 16
     monitoring_port: int | None = None
     die_with_parent: bool = False
@@ -208,10 +232,15 @@ class NatsServerProcess:
             text += f"http: {_quote(f'{self.host}:{self.monitoring_port}')}\n"
         text += self.auth.config_block()
         if self.tls_cert_file is not None:
-            text += (
-                f"tls {{ cert_file: {_quote(str(self.tls_cert_file))}, "
-                f"key_file: {_quote(str(self.tls_key_file))} }}\n"
+            tls = (
+                f"cert_file: {_quote(str(self.tls_cert_file))}, "
+                f"key_file: {_quote(str(self.tls_key_file))}"
             )
+            if self.tls_ca_file is not None:
+                tls += f", ca_file: {_quote(str(self.tls_ca_file))}"
+            if self.verify_clients:
+                tls += ", verify: true"
+            text += f"tls {{ {tls} }}\n"
         return text
 
     def _wait_ready(self, offset: int) -> None:

@@ -24,6 +24,9 @@ def client_config(url: str, **settings: object) -> NatsTransportConfig:
         "namespace": f"t{uuid.uuid4().hex[:10]}",
         "connect_timeout_s": 3.0,
         "reconnect_timeout_s": 10.0,
+        # JetStream reserves each stream's limit: a test server holds many namespaces.
+        "max_weights_gb": 4.0,
+        "max_queue_gb": 0.05,
     }
     return NatsTransportConfig(**{**defaults, **settings})
 
@@ -55,7 +58,11 @@ class NatsStoreHarness(ParameterStoreHarness):
         return NatsParameterStore.open(self.config)
 
     def corrupt(self, version: int, name: str) -> None:
-        """Replaces the first chunk of a tensor with a copy whose middle byte is flipped."""
+        """Replaces the first chunk of a tensor with a copy whose middle byte is flipped.
+
+        Chunks are immutable, so this purges the chunk first, as only a client with the
+        trainer's rights (here a lab client) can.
+        """
         store = NatsParameterStore.open(self.config)
         try:
             info, _, upload = store.manifest_of(version)
@@ -68,6 +75,7 @@ class NatsStoreHarness(ParameterStoreHarness):
                 message = await connection.js.get_msg(stream, subject=subject, direct=True)
                 data = bytearray(message.data)
                 data[len(data) // 2] ^= 0xFF
+                await connection.js.purge_stream(stream, subject=subject)
                 await connection.js.publish(subject, bytes(data))
 
             connection.call(tamper(), timeout=30)
