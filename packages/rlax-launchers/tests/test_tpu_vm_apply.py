@@ -16,6 +16,7 @@ import pytest
 from rlax_core.cli.main import main
 from rlax_core.config import load_run_config
 from rlax_core.plugins import Registry
+from rlax_launchers.run_credentials import read_credential_files
 from rlax_launchers.testing.fake_gcloud import recorded_commands
 from rlax_launchers.tpu_vm.plan import build_plan
 
@@ -49,7 +50,8 @@ def test_apply_runs_the_rendered_commands_in_order_and_writes_the_scripts(
         "rlax-transport-nats",
         "rlax-verifiers",
     ]
-    plan = build_plan(run_config.launcher, run_config, run_dir, registry, shipped)
+    credentials = read_credential_files(run_dir / "launch" / "credentials")
+    plan = build_plan(run_config.launcher, run_config, run_dir, registry, shipped, credentials)
     listing, *creates = recorded_commands(gcloud)
     assert listing[3:5] == ["tpu-vm", "list"]  # what exists already: nothing
     assert creates == plan.commands

@@ -85,7 +85,7 @@ def test_v5p_16_trainer_and_two_spot_workers_over_nats(
     )
     assert (
         "ExecStart=/opt/rlax/venv/bin/rlax serve param-server --config /etc/rlax/run.yaml "
-        '--set "servers=[\\"nats://0.0.0.0:4222\\"]" '
+        '--set "servers=[\\"tls://0.0.0.0:4222\\"]" '
         '--set "server.store_dir=\\"/var/lib/rlax/transport\\""\n' in trainer
     )
     assert (
@@ -195,10 +195,11 @@ def test_the_scripts_carry_a_valid_run_config_pointing_at_the_server(
     _, plan = plan_for(make_run_config, registry, tmp_path, launcher=launcher())
     for script in plan.scripts.values():
         text = script.split("<<'RLAX_RUN_CONFIG'\n")[1].split("\nRLAX_RUN_CONFIG\n")[0]
-        settings = yaml.safe_load(text.replace("__RLAX_TRANSPORT_HOST__", "10.1.2.3"))
+        # TLS: the server's certificate's name, mapped to its address in /etc/hosts.
+        settings = yaml.safe_load(text)
         config = validate_run_config(settings, registry)
         assert config.launcher is None
-        assert config.transport.servers == ["nats://10.1.2.3:4222"]
+        assert config.transport.servers == ["tls://demo-transport:4222"]
         assert config.run.run_dir == "gs://bucket/runs/demo"
 
 

@@ -79,7 +79,9 @@ def test_workers_and_verifiers_look_up_the_transport_before_every_start(
     for role in ("worker", "verifier"):
         text = rendered[role]
         written = "cat > /etc/rlax/resolve-transport-host <<'RLAX_RESOLVE'\n"
-        assert section(text, written, "RLAX_RESOLVE\n") == written + resolve_script(LOOKUP)
+        assert section(text, written, "RLAX_RESOLVE\n") == written + resolve_script(
+            LOOKUP, transport_name="demo-transport"
+        )
         assert "chmod 700 /etc/rlax/resolve-transport-host\n" in text
         # The config is written from the template by the lookup, not at boot.
         assert "cat > /etc/rlax/run.yaml.in <<'RLAX_RUN_CONFIG'\n" in text
@@ -106,8 +108,10 @@ def test_the_lookup_rewrites_the_config_and_host_env_with_each_new_address(
     make_run_config: Callable[..., Any], registry: Registry, tmp_path: Path, gcloud: Path
 ) -> None:
     """Runs the rendered lookup in bash (/etc/rlax moved under tmp_path), with the fake
-    gcloud answering the trainer slice's address, then a new one (the slice recreated)."""
-    text = scripts(make_run_config, registry, tmp_path)["worker"]
+    gcloud answering the trainer slice's address, then a new one (the slice recreated);
+    a run without TLS, whose config holds the address."""
+    insecure = {"credentials": {"insecure": True}}
+    text = scripts(make_run_config, registry, tmp_path, launcher=insecure)["worker"]
     etc = tmp_path / "etc-rlax"
     etc.mkdir()
     template = section(text, "cat > /etc/rlax/run.yaml.in <<'RLAX_RUN_CONFIG'\n", "RLAX_RUN_CONFIG")

@@ -4,6 +4,7 @@ its verifier machines)."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -13,7 +14,13 @@ from rlax_core.config.run_config import RunConfigBase
 from rlax_core.contracts import Launcher, ProcessStatus, RenderedArtifact
 from rlax_core.errors import RlaxError
 from rlax_core.plugins.registry import BuildContext, Registry
-from rlax_launchers.run_identity import shared_run_dir
+from rlax_launchers.run_credentials import (
+    GENERATED_SUBDIR,
+    CredentialFiles,
+    read_credential_files,
+    run_credentials_folder,
+)
+from rlax_launchers.run_identity import resource_prefix, shared_run_dir
 from rlax_launchers.tpu_vm.commands import (
     SliceNode,
     delete_command,
@@ -32,7 +39,13 @@ from rlax_launchers.tpu_vm.instances import (
     staged,
     verifier_instances,
 )
-from rlax_launchers.tpu_vm.plan import LAUNCH_SUBDIR, build_plan, shipped_packages, slice_nodes
+from rlax_launchers.tpu_vm.plan import (
+    LAUNCH_SUBDIR,
+    build_plan,
+    shipped_packages,
+    slice_nodes,
+    transport_server_name,
+)
 from rlax_launchers.tpu_vm.wheels import WHEELS_SUBDIR, Wheel, build_and_upload_wheels
 
 # TPU node states (Cloud TPU API) and queued-resource states → ProcessStatus.state.
@@ -90,8 +103,17 @@ class TpuVmLauncher(Launcher):
         """The start-up scripts and the ``gcloud`` commands that create the slices.
 
         Nothing is built: the scripts name the RLAX wheels unbuilt, with placeholder
-        hashes (see :mod:`rlax_launchers.tpu_vm.wheels`); ``--apply`` builds them.
+        hashes (see :mod:`rlax_launchers.tpu_vm.wheels`); ``--apply`` builds them. Nothing
+        secret is generated or read either: the scripts write placeholders where the
+        run's credentials go (see :mod:`rlax_launchers.run_credentials`).
         """
+        if not self.config.credentials.insecure:
+            source = self.config.credentials.folder or f"{run_dir / GENERATED_SUBDIR}"
+            print(
+                "the start-up scripts write placeholders for the run's transport credentials "
+                f"here; --apply writes them from {source}",
+                file=sys.stderr,
+            )
         return build_plan(self.config, run_config, run_dir, self.registry).artifacts()
 
     def launch(self, run_config: RunConfigBase, run_dir: Path) -> None:
@@ -118,10 +140,21 @@ class TpuVmLauncher(Launcher):
                 shared_dir,
                 run_dir / LAUNCH_SUBDIR / WHEELS_SUBDIR,
             )
-        plan = build_plan(self.config, run_config, run_dir, self.registry, self._wheels)
+        plan = build_plan(
+            self.config,
+            run_config,
+            run_dir,
+            self.registry,
+            self._wheels,
+            self._credentials(run_config, run_dir),
+        )
         for path, text in plan.scripts.items():
+            # The scripts hold the run's credentials: this user's alone.
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            os.chmod(path.parent, 0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
         states = self._slice_states(plan.prefix, plan.slices)
         created = 0
         for node, command in zip(plan.slices, plan.slice_commands, strict=True):
@@ -144,6 +177,18 @@ class TpuVmLauncher(Launcher):
         )
         if staged(run_config):
             self._apply_verifiers(plan.prefix, plan.verifiers)
+
+    def _credentials(self, run_config: RunConfigBase, run_dir: Path) -> CredentialFiles | None:
+        """The run's credentials for the scripts: read from ``credentials.folder``, or
+        generated under ``run_dir`` on the first ``--apply`` and reused after (None: the
+        run has none)."""
+        section = self.config.credentials
+        if section.insecure:
+            return None
+        name = transport_server_name(resource_prefix(run_config, self.config.name))
+        folder = run_credentials_folder(section, run_dir, [name])
+        print(f"the run's transport credentials: {folder}", file=sys.stderr)
+        return read_credential_files(folder)
 
     def _apply_verifiers(self, prefix: str, planned: list[VerifierInstance]) -> None:
         """Verifier machines as the config has them: the missing (or preempted) ones are

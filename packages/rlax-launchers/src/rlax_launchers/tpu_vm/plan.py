@@ -24,6 +24,7 @@ from rlax_launchers.role_commands import (
     verifier_command,
     worker_command,
 )
+from rlax_launchers.run_credentials import CredentialFiles, placeholder_files
 from rlax_launchers.run_identity import resource_prefix, shared_run_dir
 from rlax_launchers.run_packages import RunPackage, jax_requirement, run_packages
 from rlax_launchers.tpu_slice import TpuSliceShape
@@ -145,6 +146,7 @@ def build_plan(
     run_dir: Path,
     registry: Registry,
     wheels: list[Wheel] | None = None,
+    credentials: CredentialFiles | None = None,
 ) -> TpuVmPlan:
     """The slices, their start-up scripts and the commands that create them.
 
@@ -156,6 +158,9 @@ def build_plan(
         wheels: the RLAX wheels the hosts install (:func:`shipped_packages`, built and
             uploaded); None names them unbuilt, as ``--dry-run`` shows them. Unused when
             ``launcher.pip_packages`` is set.
+        credentials: the run's transport credentials the scripts write, each slice its
+            role's folder (None: placeholders, as ``--dry-run`` shows them; unused when
+            ``launcher.credentials.insecure``).
 
     Raises:
         ConfigError: the run cannot be placed (see :func:`slice_nodes`,
@@ -165,16 +170,21 @@ def build_plan(
     """
     prefix, trainer, workers = slice_nodes(config, run_config, run_dir)
     verifiers = verifier_instances(config, run_config, prefix, run_dir / LAUNCH_SUBDIR)
-    placement = transport_placement(run_config, "tpu-vm")
+    secure = not config.credentials.insecure
+    placement = transport_placement(run_config, "tpu-vm", tls=secure)
     shared_dir = shared_run_dir(run_config, config.run_dir, launcher="tpu-vm")
+    # With TLS, clients reach the server by the name its certificate holds.
+    name = transport_server_name(prefix) if secure else None
     cluster_config = cluster_run_config(
         run_config,
         run_dir=shared_dir,
         placement=placement,
-        transport_host=TRANSPORT_HOST_PLACEHOLDER,
+        transport_host=name or TRANSPORT_HOST_PLACEHOLDER,
         secrets_dir=SECRETS_DIR,
         split_inline_credentials=False,
+        secure=secure,
     )
+    files = (credentials or placeholder_files()) if secure else None
     if config.pip_packages:
         wheels, requirements = [], list(config.pip_packages)
         verifier_requirements = requirements
@@ -193,8 +203,13 @@ def build_plan(
         "apt_packages": config.apt_packages,
         "python_version": config.python_version,
         "stop_timeout_s": config.stop_timeout_s,
+        "transport_name": name,
     }
-    server = transport_server_command(CONFIG_PATH, placement.server_set_args(TRANSPORT_STATE_DIR))
+    server = transport_server_command(
+        CONFIG_PATH,
+        placement.server_set_args(TRANSPORT_STATE_DIR),
+        insecure=config.credentials.insecure,
+    )
     trainer_units = [
         Unit("rlax-transport", f"RLAX {placement.type} transport server", server, "always", True),
         Unit(
@@ -223,6 +238,8 @@ def build_plan(
             host_facts=trainer_host_facts(),
             units=trainer_units,
             requirements=requirements,
+            # Host 0 runs the server beside a trainer: both folders, at one path.
+            role_credentials=files.merged("trainer", "server") if files else None,
             **common,
         ),
     }
@@ -234,6 +251,7 @@ def build_plan(
             units=[worker_unit],
             requirements=requirements,
             transport_lookup=lookup,
+            role_credentials=files.folders["worker"] if files else None,
             **common,
         )
     if verifiers:
@@ -251,6 +269,7 @@ def build_plan(
             ],
             requirements=verifier_requirements,
             transport_lookup=lookup,
+            role_credentials=files.folders["verifier"] if files else None,
             **{**common, "wheels": [_without_extra(w) for w in wheels]},
         )
     return TpuVmPlan(
@@ -262,6 +281,12 @@ def build_plan(
         [create_command(s, config, prefix) for s in [trainer, *workers]],
         [create_instance_command(v, config, prefix) for v in verifiers],
     )
+
+
+def transport_server_name(prefix: str) -> str:
+    """The name clients reach the transport server by (its certificate's; each host maps
+    it to the trainer slice's host 0 in /etc/hosts)."""
+    return f"{prefix}-transport"
 
 
 def shipped_packages(

@@ -12,7 +12,11 @@ reboots after maintenance comes back into the run by itself. The script:
    nothing downloads an interpreter; then copies the RLAX wheels ``--apply`` uploaded to
    the run directory, checks their sha256 and installs them (their third-party
    dependencies, and ``jax[tpu]``, from the index; see :mod:`~rlax_launchers.tpu_vm.wheels`);
-3. writes the run config (and any credential files, mode 600);
+3. writes the run config and its role's folder of the run's transport credentials
+   (mode 600 in a folder of mode 700, at :data:`MOUNT_DIR`; the trainer slice's hosts
+   get the trainer's and the server's, worker slices the workers', verifier machines
+   the verifiers'; see :mod:`rlax_launchers.run_credentials`), or, for a run without
+   them, the credential files of the transport section;
 4. writes systemd units for its roles and starts them: on the trainer slice, the
    transport server on host 0 and a trainer process on every host; on a worker slice,
    one worker per host; on a verifier machine (a CPU instance, one host), one verifier.
@@ -26,6 +30,11 @@ the run config (from :data:`CONFIG_TEMPLATE_PATH`) and the host env file. A trai
 that was preempted and created again has a new address; a worker that cannot reach the
 old one exits after ``transport.reconnect_timeout_s``, systemd restarts it, and the
 restart reaches the new one. While the trainer slice is missing, the lookup waits.
+
+With per-run credentials the clients check the server's certificate, which cannot name
+an address that changes with every recreated trainer slice: it names
+``NAME-transport`` (``transport_name``), the run config connects to that name, and the
+trainer's start-up and the lookup map it to the address in ``/etc/hosts``.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import base64
 import shlex
 from dataclasses import dataclass
 
+from rlax_core.kit.launcher import MOUNT_DIR
 from rlax_launchers.cluster_config import ClusterRunConfig
 from rlax_launchers.tpu_vm.wheels import UNBUILT, Wheel
 
@@ -43,6 +53,7 @@ RESOLVE_SCRIPT = "/etc/rlax/resolve-transport-host"
 WHEELS_DIR = "/opt/rlax/wheels"
 SECRETS_DIR = "/etc/rlax/secrets"
 HOST_ENV = "/etc/rlax/host.env"
+HOSTS_FILE = "/etc/hosts"
 VENV = "/opt/rlax/venv"
 TRANSPORT_STATE_DIR = "/var/lib/rlax/transport"
 TRANSPORT_HOST_PLACEHOLDER = "__RLAX_TRANSPORT_HOST__"
@@ -81,6 +92,8 @@ def startup_script(
     units: list[Unit],
     stop_timeout_s: int,
     transport_lookup: list[str] | None = None,
+    role_credentials: dict[str, bytes] | None = None,
+    transport_name: str | None = None,
 ) -> str:
     """The whole script of one slice.
 
@@ -99,6 +112,11 @@ def startup_script(
         stop_timeout_s: seconds a role has after SIGTERM.
         transport_lookup: the command that prints the transport server's address; when
             given, :func:`resolve_script` runs it before every start of a role.
+        role_credentials: the files of the slice's folder of the run's credentials (path
+            inside it → content), written under :data:`MOUNT_DIR`; None: the run has none.
+        transport_name: the name the run config reaches the server by (its certificate's),
+            mapped to the server's address in :data:`HOSTS_FILE`; None: the config holds
+            the address itself.
     """
     variables = sorted({v for unit in units for v in _variables(unit.command)} | {"PROCESS_ID"})
     python = f"python{python_version}"
@@ -136,6 +154,8 @@ def startup_script(
             f'sed -i "s/{TRANSPORT_HOST_PLACEHOLDER}/${{TRANSPORT_HOST}}/g" {CONFIG_PATH}',
             f"chmod 600 {CONFIG_PATH}",
         ]
+        if transport_name is not None:
+            lines.append(hosts_entry_line(transport_name))
     else:
         lines += [
             f"# {RESOLVE_SCRIPT} writes {CONFIG_PATH} from this before every start of a role.",
@@ -144,7 +164,7 @@ def startup_script(
             "RLAX_RUN_CONFIG",
             f"chmod 600 {CONFIG_TEMPLATE_PATH}",
             f"cat > {RESOLVE_SCRIPT} <<'RLAX_RESOLVE'",
-            resolve_script(transport_lookup).rstrip(),
+            resolve_script(transport_lookup, transport_name=transport_name).rstrip(),
             "RLAX_RESOLVE",
             f"chmod 700 {RESOLVE_SCRIPT}",
         ]
@@ -156,6 +176,8 @@ def startup_script(
             "RLAX_SECRET",
             f"chmod 600 {SECRETS_DIR}/{key}",
         ]
+    if role_credentials is not None:
+        lines += _credential_lines(role_credentials)
     lines.append(f": > {HOST_ENV}")
     lines += [f'echo "{v}=${{{v}}}" >> {HOST_ENV}' for v in variables]
     lines += ["", "# The roles, as systemd services."]
@@ -172,6 +194,36 @@ def startup_script(
             start = f'if [ "$PROCESS_ID" = 0 ]; then {start}; fi'
         lines.append(start)
     return "\n".join(lines) + "\n"
+
+
+def _credential_lines(files: dict[str, bytes]) -> list[str]:
+    """Writes a folder of the run's credentials at :data:`MOUNT_DIR`, root's alone.
+
+    The files travel base64 in heredocs, never as arguments: nothing secret is on a
+    command line, where ``ps`` would show it."""
+    folders = sorted({f"{MOUNT_DIR}/{p.rsplit('/', 1)[0]}" for p in files if "/" in p})
+    lines = [
+        "# The run's transport credentials: this slice's role's folder (rlax_launchers/",
+        "# run_credentials.py), which the run config names.",
+        f"rm -rf {MOUNT_DIR} && install -d -m 700 {' '.join([MOUNT_DIR, *folders])}",
+    ]
+    for path, content in sorted(files.items()):
+        lines += [
+            f"(umask 077 && base64 -d > {MOUNT_DIR}/{path}) <<'RLAX_SECRET'",
+            base64.encodebytes(content).decode().rstrip(),
+            "RLAX_SECRET",
+        ]
+    return lines
+
+
+def hosts_entry_line(name: str) -> str:
+    """The shell line that maps ``name`` to ``$TRANSPORT_HOST`` in :data:`HOSTS_FILE`,
+    replacing the line it wrote before (the file is rewritten in place: others hold it)."""
+    return (
+        f"{{ grep -v ' {name}$' {HOSTS_FILE} || true; "
+        f'echo "${{TRANSPORT_HOST}} {name}"; }} > {HOSTS_FILE}.rlax && '
+        f"cat {HOSTS_FILE}.rlax > {HOSTS_FILE} && rm -f {HOSTS_FILE}.rlax"
+    )
 
 
 def _install_lines(wheels: list[Wheel], requirements: list[str]) -> list[str]:
@@ -258,7 +310,9 @@ def transport_lookup_command(*, trainer_node: str, project: str, zone: str) -> l
     ]
 
 
-def resolve_script(lookup: list[str], *, retry_s: int = 30) -> str:
+def resolve_script(
+    lookup: list[str], *, retry_s: int = 30, transport_name: str | None = None
+) -> str:
     """The script a worker's or verifier's unit runs before every start (``ExecStartPre=``).
 
     It runs ``lookup`` until that prints an address (the trainer slice may be missing
@@ -269,7 +323,10 @@ def resolve_script(lookup: list[str], *, retry_s: int = 30) -> str:
     Args:
         lookup: the command that prints the address (:func:`transport_lookup_command`).
         retry_s: seconds between lookups.
+        transport_name: also map this name to the address in :data:`HOSTS_FILE` (the
+            name the server's certificate holds; see the module docstring).
     """
+    hosts = [] if transport_name is None else [hosts_entry_line(transport_name)]
     return (
         "\n".join(
             [
@@ -291,6 +348,7 @@ def resolve_script(lookup: list[str], *, retry_s: int = 30) -> str:
                 f"{{ grep -v '^TRANSPORT_HOST=' {HOST_ENV} || true; "
                 f'echo "TRANSPORT_HOST=${{TRANSPORT_HOST}}"; }} > {HOST_ENV}.new',
                 f"mv -f {HOST_ENV}.new {HOST_ENV}",
+                *hosts,
                 'echo "transport server: ${TRANSPORT_HOST}" >&2',
             ]
         )
