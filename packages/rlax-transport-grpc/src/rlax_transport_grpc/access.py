@@ -15,8 +15,8 @@ verifier  read versions                        lease ``to_verify``; put to
                                                ``rollouts``
 ========  ===================================  =================================
 
-"Lease" is get, ack, nack and extend; opening a queue and its stats go with either
-right. Queues other than the run's three are the trainer's alone. The shared ``token``
+"Lease" is get, ack, nack and extend; every role may open the run's three queues and
+read their stats. Queues other than the run's three are the trainer's alone. The shared ``token``
 (no ``credentials_dir``, or beside it) is the trusted lab mode: whoever holds it may do
 everything, as may every client of a server with neither (loopback or ``--insecure``).
 
@@ -44,6 +44,9 @@ TRUSTED = "trusted"
 """The caller of a server without roles (the shared token, or no credentials at all)."""
 
 PROMPTS, TO_VERIFY, ROLLOUTS = "prompts", "to_verify", "rollouts"
+RUN_QUEUES = frozenset({PROMPTS, TO_VERIFY, ROLLOUTS})
+HOLDER_KEY = "rlax-holder"
+"""Metadata naming the client (a random id per channel) that lease tokens are bound to."""
 READS = frozenset(
     {"Ping", "GetManifest", "ListVersions", "Fetch", "WatchVersions", "OpenBulkFetch"}
 )
@@ -91,7 +94,7 @@ class Caller:
         if self.manages:
             return
         takes, puts = _TAKE.get(self.role, frozenset()), _PUT.get(self.role, frozenset())
-        allowed = takes if method in TAKES else puts if method == "Put" else takes | puts
+        allowed = takes if method in TAKES else puts if method == "Put" else RUN_QUEUES
         if queue not in allowed:
             verb = {"Put": "put to"}.get(method, "lease from" if method in TAKES else "open")
             raise RoleDeniedError(

@@ -11,6 +11,7 @@ asked for); every other failure becomes the specific
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -31,6 +32,7 @@ from rlax_core.errors import (
     VersionNotFoundError,
 )
 from rlax_core.kit.transport import read_credential, reuse_transfer_buffers
+from rlax_transport_grpc.access import HOLDER_KEY
 from rlax_transport_grpc.config import GrpcTransportConfig
 from rlax_transport_grpc.limits import (
     ERROR_KIND_KEY,
@@ -100,7 +102,8 @@ class GrpcChannel:
             self.channel = grpc.secure_channel(config.address, credentials, options)
         else:
             self.channel = grpc.insecure_channel(config.address, options)
-        metadata = [(NAMESPACE_KEY, config.namespace)]
+        # Leases are granted to this channel's id: no other client can end them.
+        metadata = [(NAMESPACE_KEY, config.namespace), (HOLDER_KEY, secrets.token_urlsafe(16))]
         if self.credential:
             metadata.append(("authorization", f"Bearer {self.credential}"))
         self.metadata = tuple(metadata)

@@ -70,9 +70,9 @@ class GrpcServerSettings(BaseModel):
         default=1_000_000, ge=1, description="Items queued or leased in one queue."
     )
     max_queue_mb: int = Field(
-        default=4096,
+        default=1024,
         ge=1,
-        description="MiB of queued and leased payloads in one namespace (held in memory).",
+        description="MiB of queued and leased payloads in one queue (held in memory).",
     )
     manifest_limits: ManifestLimits = Field(
         default_factory=ManifestLimits,

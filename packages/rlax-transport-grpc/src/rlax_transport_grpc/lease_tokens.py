@@ -2,11 +2,13 @@
 
 The queue (rlax-core's lease table) names each delivery with a token; the server hands
 the client that token sealed with an HMAC-SHA256 under a key of its own, drawn at start
-(``secrets.token_bytes``), over the namespace, the queue, the item and the holder's
-role. An ack, nack or extend presents the sealed token: one that was guessed, altered,
-moved to another item or queue, or presented by another role does not open, and the
-call is refused as for an ended lease. The queue then compares the inner token too, so
-a token opens only the very delivery it was issued for. A restarted server draws a new
+(``secrets.token_bytes``), over the namespace, the queue, the item and the holder: its
+role and its client's id (a random id each channel sends, ``rlax-holder``). An ack,
+nack or extend presents the sealed token: one that was guessed, altered, moved to
+another item or queue, or presented by another client (even one of the same role that
+saw it) does not open, and the call is refused as for an ended lease. The queue then
+compares the inner token too, so a token opens only the very delivery it was issued
+for. A restarted server draws a new
 key, as its queues hand out new tokens: leases never outlive the server that granted
 them.
 """

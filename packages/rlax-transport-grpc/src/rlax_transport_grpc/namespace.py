@@ -102,8 +102,8 @@ class Namespace:
 
         Raises:
             ValueError: a bad name or item id.
-            QuotaExceededError: the queue holds ``max_queue_items`` items, or the namespace
-                would hold more than ``max_queue_mb`` of payloads.
+            QuotaExceededError: the queue holds ``max_queue_items`` items, or would hold
+                more than ``max_queue_mb`` of payloads.
         """
         if not 0 < len(item_id) <= MAX_ITEM_ID:
             raise ValueError(f"item ids are 1-{MAX_ITEM_ID} characters; got {len(item_id)}")
@@ -116,11 +116,10 @@ class Namespace:
                     f"queue {name!r} of namespace {self.name!r} holds {journal.live_items} "
                     f"items, the most server.max_queue_items allows; take some off first"
                 )
-            held = sum(j.live_bytes for j in list(self._journals.values()))
-            if held + len(payload) > server.max_queue_mb << 20:
+            if journal.live_bytes + len(payload) > server.max_queue_mb << 20:
                 raise QuotaExceededError(
-                    f"namespace {self.name!r} holds {held} bytes of queued items; this "
-                    f"{len(payload)}-byte item would pass server.max_queue_mb "
+                    f"queue {name!r} of namespace {self.name!r} holds {journal.live_bytes} "
+                    f"bytes; this {len(payload)}-byte item would pass server.max_queue_mb "
                     f"({server.max_queue_mb} MiB)"
                 )
             return queue.put(item_id, payload)

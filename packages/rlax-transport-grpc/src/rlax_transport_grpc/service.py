@@ -32,7 +32,7 @@ from rlax_core.errors import (
 from rlax_core.kit.transport import ROLES, parse_manifest
 from rlax_core.types.lease import Lease
 from rlax_transport_grpc import wire
-from rlax_transport_grpc.access import Caller, Gatekeeper, RoleDeniedError
+from rlax_transport_grpc.access import HOLDER_KEY, Caller, Gatekeeper, RoleDeniedError
 from rlax_transport_grpc.bulk import BulkSender
 from rlax_transport_grpc.config import GrpcTransportConfig
 from rlax_transport_grpc.lease_tokens import LeaseSeal
@@ -333,7 +333,9 @@ class TransportService:
             found=True,
             item_id=lease.item_id,
             payload=lease.payload,
-            token=self.seal.seal(space.name, name, lease.item_id, caller.role, lease.token),
+            token=self.seal.seal(
+                space.name, name, lease.item_id, _holder(context, caller), lease.token
+            ),
             delivery=lease.delivery,
             expires_at=lease.expires_at,
         )
@@ -380,7 +382,9 @@ class TransportService:
         space = self.namespace(context, caller)
         if space is None:
             return None, None
-        token = self.seal.open(space.name, ref.queue, ref.item_id, caller.role, ref.token)
+        token = self.seal.open(
+            space.name, ref.queue, ref.item_id, _holder(context, caller), ref.token
+        )
         queue = space.existing_queue(ref.queue)
         if token is None or queue is None:
             return None, None
@@ -397,6 +401,11 @@ class TransportService:
             return pb.StatsReply()
         stats = queue.stats()
         return pb.StatsReply(ready=stats.ready, leased=stats.leased, dead=stats.dead)
+
+
+def _holder(context: grpc.ServicerContext, caller: Caller) -> str:
+    """Who a lease is granted to: the role, and the client's own id (one per channel)."""
+    return f"{caller.role}/{dict(context.invocation_metadata()).get(HOLDER_KEY, '')}"
 
 
 def _check_new(space: Namespace, version: int) -> None:
