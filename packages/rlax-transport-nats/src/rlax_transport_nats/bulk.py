@@ -37,7 +37,7 @@ from rlax_transport_nats.auth import client_auth
 from rlax_transport_nats.config import NatsTransportConfig
 
 _CRLF = b"\r\n"
-_DENIED = "Permissions Violation"
+_DENIED = "permissions violation"
 # JetStream refuses a second message on a subject of a stream that keeps one per subject
 # and discards new ones (the weight chunks): a chunk re-sent after a reconnect.
 _ALREADY_STORED = "maximum messages per subject exceeded"
@@ -339,7 +339,7 @@ class BulkConnection:
 
 def _refusal(text: str, what: str) -> TransportError:
     """The error for a ``-ERR`` line: a denied subject is a credentials problem."""
-    if _DENIED in text:
+    if _DENIED in text.lower():
         return TransportAuthError(
             f"NATS denied {what} to this client ({text}); each role may do its own part "
             "only: check that this process has its role's credentials_file"

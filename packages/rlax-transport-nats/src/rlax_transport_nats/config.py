@@ -146,6 +146,12 @@ class NatsTransportConfig(NetworkTransportSettings):
             raise ValueError(f"choose one way to authenticate, not {' and '.join(chosen)}")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file go together")
+        lab = [n for n in ("token", "user", "nkey_seed_file") if getattr(self, n) is not None]
+        if self.server.credentials_dir is not None and lab:
+            raise ValueError(
+                f"server.credentials_dir gives each role its own credential; {lab[0]} would be "
+                "a second way in with every right: use credentials_file in the clients instead"
+            )
         return self
 
     @property

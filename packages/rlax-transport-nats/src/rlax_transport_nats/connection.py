@@ -39,7 +39,7 @@ from rlax_transport_nats.config import NatsTransportConfig
 T = TypeVar("T")
 # nats-server's asynchronous error for a subject the client's permissions deny; the
 # request it answers then times out, so the error is kept to explain the timeout.
-_DENIED = "Permissions Violation"
+_DENIED = "permissions violation"
 _DENIAL_MEMORY_S = 30.0
 
 _ATTEMPT_S = 5.0
@@ -80,6 +80,7 @@ class NatsConnection:
         self.address = config.address
         self.auth: ClientAuth = client_auth(config)
         self._denials: list[tuple[float, str]] = []
+        self.reconnects = 0  # the server forgets what it let this client answer at each
         self._closed = False
         self._inflight: set[concurrent.futures.Future] = set()
         self._lock = threading.Lock()
@@ -187,6 +188,13 @@ class NatsConnection:
                 "(see the rlax-transport-nats README); check that this process has its "
                 "role's credentials_file"
             )
+
+    async def check_denied(self, what: str) -> None:
+        """Like :meth:`raise_if_denied`, after a round trip: the server answers a PING
+        after any error about what was sent before it, so none is missed."""
+        with contextlib.suppress(Exception):
+            await self.nc.flush(timeout=2)
+        self.raise_if_denied(what)
 
     def call_retrying(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
         """Like :meth:`call`, but retries ``make()`` across reconnections.
@@ -303,7 +311,7 @@ class NatsConnection:
         )
 
     async def _on_error(self, exc: Exception) -> None:
-        if _DENIED in str(exc):
+        if _DENIED in str(exc).lower():
             with self._lock:
                 self._denials = [*self._denials[-9:], (time.monotonic(), str(exc))]
             return
@@ -312,6 +320,7 @@ class NatsConnection:
             self._auth_error = exc
 
     async def _on_reconnected(self) -> None:
+        self.reconnects += 1
         for listener in self._reconnect_listeners:
             try:
                 await listener()

@@ -36,6 +36,7 @@ from rlax_core.errors import (
     ConfigError,
     ForgedVersionError,
     ManifestError,
+    TransportAuthError,
     TransportClosedError,
     TransportUnreachableError,
     VersionConflictError,
@@ -127,6 +128,11 @@ class NatsParameterStore(ParameterStore):
         metadata: Mapping[str, Any] | None = None,
     ) -> PolicyVersion:
         self._check_open()
+        if not self._conn.auth.manages_streams:
+            raise TransportAuthError(
+                f"only the trainer publishes weights, and this client has "
+                f"{self._conn.auth.describe()} (NATS at {self._conn.address} refuses it too)"
+            )
         if self._chunk_bytes < MIN_CHUNK_BYTES:
             raise ConfigError(
                 f"NATS at {self._conn.address} takes messages of at most {self._chunk_bytes} "

@@ -8,8 +8,9 @@ holds the roles' credentials (:func:`authorization_block`). Subjects of namespac
 trainer     every ``$JS.API`` call (creates, updates, purges and deletes streams and
             consumers), publishes weights, manifests and prompts, consumes rollouts
 worker      reads weights (stream info, direct gets), hears new versions, leases
-            prompts, puts to ``to_verify`` and ``rollouts``
-verifier    reads weights, hears new versions, leases ``to_verify``, puts ``rollouts``
+            prompts, puts to ``to_verify`` and ``rollouts``, reads queue figures
+verifier    reads weights, hears new versions, leases ``to_verify``, puts ``rollouts``,
+            reads queue figures
 ==========  ==========================================================================
 
 Everything else is denied, in particular to the worker and verifier: any other
@@ -73,6 +74,17 @@ def announce_subject(namespace: str) -> str:
     return f"rlax.{namespace}.params.announce.*"
 
 
+def may_put(role: Role | None, queue: str) -> bool:
+    """Whether a client of ``role`` may put to ``queue`` (None: a lab client; a queue not
+    of the run: the server decides)."""
+    return role is None or queue not in QUEUE_ROLES or role in QUEUE_ROLES[queue][0]
+
+
+def may_lease(role: Role | None, queue: str) -> bool:
+    """Whether a client of ``role`` may lease from ``queue`` (as :func:`may_put`)."""
+    return role is None or queue not in QUEUE_ROLES or role in QUEUE_ROLES[queue][1]
+
+
 def role_permissions(
     role: Role,
     namespace: str,
@@ -97,8 +109,8 @@ def role_permissions(
         for stream in (manifest_stream(ns), data_stream(ns)):
             publish += [f"{api}.STREAM.INFO.{stream}", f"{api}.DIRECT.GET.{stream}.>"]
         for name, (producers, consumers) in queue_roles.items():
-            if role not in producers and role not in consumers:
-                continue
+            # Every role reads every queue's figures (the controller and the verifiers
+            # watch backlogs); only the roles of a queue put to it or lease from it.
             stream = queue_stream(ns, name)
             publish += [
                 f"{api}.STREAM.INFO.{stream}",

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import math
 import re
 import threading
 import time
@@ -46,7 +47,12 @@ from nats.js.api import (
 )
 
 from rlax_core.contracts.queue import Queue
-from rlax_core.errors import LeaseExpiredError, TransportClosedError, TransportError
+from rlax_core.errors import (
+    LeaseExpiredError,
+    TransportAuthError,
+    TransportClosedError,
+    TransportError,
+)
 from rlax_core.kit.transport import queue_item
 from rlax_core.types.lease import Lease, QueueStats
 from rlax_transport_nats import permissions
@@ -100,6 +106,8 @@ class NatsQueue(Queue):
         self._inflight: set[concurrent.futures.Future] = set()
         self._held: dict[str, float] = {}  # token -> expires_at of leases this client keeps
         self._finished: OrderedDict[str, bool] = OrderedDict()  # token -> acked?
+        # token -> the connection's reconnect count when the item was handed to it
+        self._handed: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
         self._pulls: list[Any] = []  # idle pull subscriptions, one per concurrent get
         self._call(self._conn.retrying(f"creating queue {name!r}", self._setup))
@@ -124,6 +132,8 @@ class NatsQueue(Queue):
     def put(self, item_id: str, payload: bytes) -> bool:
         self._check_open()
         data = queue_item(item_id, payload)
+        if not permissions.may_put(self._conn.auth.role, self._name):
+            raise self._not_for_role("put to")
 
         async def publish() -> Any:
             try:
@@ -145,8 +155,9 @@ class NatsQueue(Queue):
 
     def get(self, lease_s: float, timeout: float | None = 0.0) -> Lease | None:
         self._check_open()
-        if lease_s <= 0:
-            raise ValueError(f"lease_s must be positive, got {lease_s}")
+        lease_s = self._lease_seconds(lease_s)
+        if not permissions.may_lease(self._conn.auth.role, self._name):
+            raise self._not_for_role("lease from")
         message = self._call(self._next_message(timeout))
         if message is None:
             return None
@@ -154,6 +165,9 @@ class NatsQueue(Queue):
         expires_at = time.time() + lease_s
         with self._lock:
             self._held[token] = expires_at
+            self._handed[token] = self._conn.reconnects
+            while len(self._handed) > _REMEMBERED_TOKENS:
+                self._handed.popitem(last=False)
         self._conn.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._keep(token)))
         return Lease(
             queue=self._name,
@@ -176,6 +190,7 @@ class NatsQueue(Queue):
                 f"lease on item {lease.item_id!r} of queue {self._name!r} ended before the "
                 "ack; the item is handed out again"
             )
+        self._check_answerable(lease)
         self._finish(lease.token, acked=True)
 
         async def ack() -> Any:
@@ -190,6 +205,7 @@ class NatsQueue(Queue):
                 return
         if lease.seconds_left() <= 0:
             return
+        self._check_answerable(lease)
         self._finish(lease.token, acked=False)
         self._call(self._conn.nc.publish(lease.token, b"-NAK"))
 
@@ -202,7 +218,8 @@ class NatsQueue(Queue):
                 f"lease on item {lease.item_id!r} of queue {self._name!r} ended before "
                 "it was extended"
             )
-        expires_at = time.time() + lease_s
+        self._check_answerable(lease)
+        expires_at = time.time() + self._lease_seconds(lease_s)
         with self._lock:
             kept = lease.token in self._held
             self._held[lease.token] = expires_at
@@ -248,6 +265,37 @@ class NatsQueue(Queue):
 
     # -- internals --
 
+    def _lease_seconds(self, lease_s: float) -> float:
+        """A lease's length: positive and finite, at most the server's ``max_lease_s``."""
+        if not (isinstance(lease_s, int | float) and math.isfinite(lease_s) and lease_s > 0):
+            raise ValueError(f"lease_s must be a positive finite number, got {lease_s!r}")
+        return min(float(lease_s), self._config.server.max_lease_s)
+
+    def _not_for_role(self, action: str) -> TransportAuthError:
+        return TransportAuthError(
+            f"the {self._conn.auth.role} may not {action} queue {self._name!r} (NATS at "
+            f"{self._conn.address} refuses it too): see the README's permission table"
+        )
+
+    def _check_answerable(self, lease: Lease) -> None:
+        """With a role's credential the server lets a connection answer only the items
+        handed to it, and forgets them when the connection is made again."""
+        if self._conn.auth.role is None:
+            return  # a lab client answers any lease, as the server lets it
+        with self._lock:
+            epoch = self._handed.get(lease.token)
+        if epoch is None:
+            raise TransportAuthError(
+                f"the lease on item {lease.item_id!r} of queue {self._name!r} was handed to "
+                "another client; only its holder may answer it"
+            )
+        if epoch != self._conn.reconnects:
+            raise LeaseExpiredError(
+                f"the lease on item {lease.item_id!r} of queue {self._name!r} was taken "
+                "before this client reconnected, and the server lets only the connection it "
+                "was handed to answer it; the item is handed out again"
+            )
+
     def _call(self, coro: Any) -> Any:
         try:
             return self._conn.call(coro, timeout=None, inflight=self._inflight)
@@ -260,6 +308,7 @@ class NatsQueue(Queue):
     def _finish(self, token: str, *, acked: bool) -> None:
         with self._lock:
             self._held.pop(token, None)
+            self._handed.pop(token, None)
             self._finished[token] = acked
             while len(self._finished) > _REMEMBERED_TOKENS:
                 self._finished.popitem(last=False)
@@ -276,8 +325,8 @@ class NatsQueue(Queue):
                     (message,) = await pull.fetch(1, timeout=min(wait, _LONG_POLL_S))
                     return message
                 except (TimeoutError, nats.errors.TimeoutError):
-                    # A role that may not lease from this queue waits in vain: say so.
-                    self._conn.raise_if_denied(f"leasing from queue {self._name!r}")
+                    # A role the server does not let lease here waits in vain: say so.
+                    await self._conn.check_denied(f"leasing from queue {self._name!r}")
                     continue  # nothing yet, or the connection is coming back: ask again
         finally:
             self._pulls.append(pull)
