@@ -17,8 +17,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from rlax_core.kit.transport import InProcParameterStore, InProcQueue, LeaseTable, PreparedVersion
-from rlax_core.types.policy import PolicyVersion
+from rlax_core.kit.transport import InProcParameterStore, InProcQueue, LeaseTable
 from rlax_transport_grpc.config import GrpcTransportConfig
 from rlax_transport_grpc.limits import QuotaExceededError
 from rlax_transport_grpc.queue_journal import FileQueueJournal
@@ -44,17 +43,6 @@ def check_name(name: str, what: str) -> str:
     return name
 
 
-def adopt_received(store: InProcParameterStore, info: PolicyVersion, arrays: dict) -> None:
-    """Makes a received version visible with its manifest exactly as the publisher sent it
-    (signature included); ``InProcParameterStore.adopt`` would build a new one.
-
-    Raises:
-        VersionConflictError: a version as new was committed meanwhile.
-    """
-    # rlax-core has no public call that commits a manifest as received yet.
-    store._commit(PreparedVersion(info, arrays))
-
-
 class Namespace:
     """The store and queues of one namespace, with its versions in ``folder``."""
 
@@ -71,7 +59,7 @@ class Namespace:
         self._put_lock = threading.Lock()  # quota checks and puts together
         limits = config.server.manifest_limits
         for _, path, manifest in committed_versions(folder, limits)[-config.keep_versions :]:
-            adopt_received(self.store, manifest, map_version(path, manifest))
+            self.store.adopt_version(manifest, map_version(path, manifest))
         remove_versions(folder, set(self.store.versions()))
 
     def existing_queue(self, name: str) -> InProcQueue | None:

@@ -43,7 +43,7 @@ from rlax_transport_grpc.limits import (
     lease_seconds,
     wait_seconds,
 )
-from rlax_transport_grpc.namespace import Namespace, adopt_received, check_name, count_namespaces
+from rlax_transport_grpc.namespace import Namespace, check_name, count_namespaces
 from rlax_transport_grpc.proto import rlax_transport_pb2 as pb
 from rlax_transport_grpc.versions_on_disk import Upload, remove_versions
 
@@ -188,7 +188,7 @@ class TransportService:
             with space.lock:  # one commit at a time: numbers are checked and taken together
                 _check_new(space, announced.version)
                 upload.commit(space.folder, bytes(first.policy_json))
-                adopt_received(space.store, announced, arrays)
+                space.store.adopt_version(announced, arrays)
         except BaseException:
             upload.discard()
             raise

@@ -118,6 +118,26 @@ class InProcParameterStore(ParameterStore):
         self._check_open()
         return self._commit(prepare_version(version, arrays, metadata, checksums=checksums))
 
+    def adopt_version(self, info: PolicyVersion, arrays: Mapping[str, np.ndarray]) -> PolicyVersion:
+        """Publishes a version exactly as its publisher described it (its manifest kept
+        whole, signature included), with arrays the caller hands over for good.
+
+        For a parameter server that received a manifest and its tensors: readers get the
+        publisher's manifest, which a re-made one (:meth:`adopt`) would not be. The
+        caller has checked the manifest (:func:`~rlax_core.transport.manifests.check_manifest`)
+        and the arrays against it.
+
+        Raises:
+            VersionConflictError: as :meth:`publish`.
+            ValueError: the arrays are not exactly the manifest's tensors.
+        """
+        self._check_open()
+        if list(arrays) != info.names:
+            raise ValueError(
+                f"version {info.version}: arrays {list(arrays)} are not its tensors {info.names}"
+            )
+        return self._commit(PreparedVersion(info, dict(arrays)))
+
     def newest_ever(self) -> int:
         """The highest version ever published to this store (-1: none)."""
         with self._shared.changed:
