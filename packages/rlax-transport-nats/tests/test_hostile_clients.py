@@ -297,3 +297,49 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(tmp_path: Path) -> No
             transport.close()
     finally:
         server.stop()
+
+
+def test_under_mutual_tls_the_server_makes_the_streams_before_any_role_starts(
+    tmp_path: Path,
+) -> None:
+    """As the launchers mount it: the server's folder holds a client certificate at the
+    config's client paths, so `rlax serve` makes the streams and queues itself and a
+    worker that starts before the trainer finds them."""
+    made = generate_run_credentials(tmp_path / "credentials", ["rlax-transport"])
+    config = NatsTransportConfig(
+        servers=[f"tls://127.0.0.1:{free_port()}"],
+        namespace=NAMESPACE,
+        connect_timeout_s=3.0,
+        reconnect_timeout_s=5.0,
+        max_weights_gb=1.0,
+        max_queue_gb=0.05,
+        tls_ca_file=made.server / "ca.pem",
+        tls_cert_file=made.server / "client.pem",
+        tls_key_file=made.server / "client-key.pem",
+        server=NatsServerSettings(
+            store_dir=tmp_path / "jetstream",
+            credentials_dir=made.server / "credentials",
+            tls_cert_file=made.server / "server.pem",
+            tls_key_file=made.server / "server-key.pem",
+            verify_clients=True,
+        ),
+    )
+    server = NatsTransportServer(config)
+    server.start()
+    try:
+        worker = made.roles["worker"]
+        as_worker = config.model_copy(
+            update={
+                "credentials_file": worker / "credential",
+                "tls_cert_file": worker / "client.pem",
+                "tls_key_file": worker / "client-key.pem",
+            }
+        )
+        transport = NatsTransport(as_worker)
+        try:
+            assert transport.queue("prompts").get(5.0, 0) is None  # the queue exists
+            assert transport.parameter_store().latest() is None
+        finally:
+            transport.close()
+    finally:
+        server.stop()

@@ -19,7 +19,8 @@ line from a folder holding one file per role (``server.credentials_dir``).
 sub-folder per role holding exactly what that role's processes mount at
 :data:`MOUNT_DIR` (its credential, the CA, a client certificate for mutual TLS, the
 public key that signs weights, and, for the trainer alone, the signing key), and one for
-the server (its certificate and every role's credential). ``rlax credentials DIR`` runs
+the server (its certificate, every role's credential, a client certificate for its own
+connections and the public signing key). ``rlax credentials DIR`` runs
 it; the launchers run it per run.
 """
 
@@ -207,10 +208,18 @@ def generate_run_credentials(
     write_private(folder / "ca-key.pem", authority.key_pem())
     private_pem, public_pem = generate_signing_key()
     server = folder / SERVER
+    # Its own processes reach it on loopback (a NATS server making the run's streams).
+    hosts = list(dict.fromkeys([*server_hosts, "localhost", "127.0.0.1"]))
     issue_certificate(
-        authority, server_hosts[0], hosts=server_hosts, server=True, valid_days=valid_days
+        authority, server_hosts[0], hosts=hosts, server=True, valid_days=valid_days
     ).write(_fresh(server / SERVER_CERT_FILE), server / SERVER_KEY_FILE)
     (server / CA_FILE).write_bytes(ca_pem)
+    # The server's own clients (a NATS server making the run's streams) connect under
+    # mutual TLS too, with the config's client paths, which its folder also holds.
+    issue_certificate(authority, SERVER, client=True, valid_days=valid_days).write(
+        server / CLIENT_CERT_FILE, server / CLIENT_KEY_FILE
+    )
+    (server / SIGNING_PUBLIC_FILE).write_bytes(public_pem)
     roles: dict[Role, Path] = {}
     for role in ROLES:
         own = folder / role
