@@ -37,14 +37,13 @@ from typing import Any
 import grpc
 
 from rlax_core.errors import TransportAuthError
-from rlax_core.kit.transport import ROLES, authenticate, read_server_credentials
+from rlax_core.kit.transport import QUEUE_RIGHTS, ROLES, authenticate, read_server_credentials
 from rlax_transport_grpc.config import GrpcTransportConfig
 
 TRUSTED = "trusted"
 """The caller of a server without roles (the shared token, or no credentials at all)."""
 
-PROMPTS, TO_VERIFY, ROLLOUTS = "prompts", "to_verify", "rollouts"
-RUN_QUEUES = frozenset({PROMPTS, TO_VERIFY, ROLLOUTS})
+RUN_QUEUES = frozenset(QUEUE_RIGHTS)
 HOLDER_KEY = "rlax-holder"
 """Metadata naming the client (a random id per channel) that lease tokens are bound to."""
 READS = frozenset(
@@ -53,14 +52,15 @@ READS = frozenset(
 TAKES = frozenset({"Get", "Ack", "Nack", "Extend"})
 LOOKS = frozenset({"OpenQueue", "Stats"})
 _QUEUE_METHODS = TAKES | LOOKS | {"Put"}
-# The queues each role may lease from ("take") and put to.
+# The queues each role but the trainer (which may do anything) may lease from ("take")
+# and put to, as core defines them for every transport.
 _TAKE: dict[str, frozenset[str]] = {
-    "worker": frozenset({PROMPTS}),
-    "verifier": frozenset({TO_VERIFY}),
+    role: frozenset(q for q, (_, lease) in QUEUE_RIGHTS.items() if role in lease)
+    for role in ("worker", "verifier")
 }
 _PUT: dict[str, frozenset[str]] = {
-    "worker": frozenset({TO_VERIFY, ROLLOUTS}),
-    "verifier": frozenset({ROLLOUTS}),
+    role: frozenset(q for q, (put, _) in QUEUE_RIGHTS.items() if role in put)
+    for role in ("worker", "verifier")
 }
 
 

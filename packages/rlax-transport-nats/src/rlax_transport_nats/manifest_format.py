@@ -24,8 +24,12 @@ import re
 from dataclasses import dataclass
 
 from rlax_core.errors import ManifestError
-from rlax_core.kit.transport import ManifestLimits, SigningSettings, parse_manifest
-from rlax_core.transport.signing import VersionVerifier
+from rlax_core.kit.transport import (
+    ManifestLimits,
+    SigningSettings,
+    VersionVerifier,
+    parse_manifest,
+)
 from rlax_core.types.policy import PolicyVersion
 
 MIN_CHUNK_BYTES = 64 << 10

@@ -34,19 +34,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from rlax_core.kit.transport import ROLES, Role, RoleCredential
-from rlax_core.rl.roles import queues
+from rlax_core.kit.transport import QUEUE_RIGHTS, ROLES, Role, RoleCredential
 from rlax_transport_nats.auth import INBOX
 
 CONSUMER = "workers"
 """The durable pull consumer every client of a queue shares."""
 
 QUEUE_ROLES: dict[str, tuple[tuple[Role, ...], tuple[Role, ...]]] = {
-    queues.PROMPTS: (("trainer",), ("worker",)),
-    queues.TO_VERIFY: (("worker",), ("verifier",)),
-    queues.ROLLOUTS: (("worker", "verifier"), ("trainer",)),
+    name: (tuple(sorted(put)), tuple(sorted(lease))) for name, (put, lease) in QUEUE_RIGHTS.items()
 }
-"""Each queue of a run: (the roles that put to it, the roles that lease from it)."""
+"""Each queue of a run: (the roles that put to it, the roles that lease from it), as core
+defines them for every transport."""
 
 
 def data_stream(namespace: str) -> str:

@@ -42,6 +42,7 @@ from rlax_core.tensors import (
 )
 from rlax_core.transport.credentials import (
     CREDENTIALS_ENV,
+    QUEUE_RIGHTS,
     ROLES,
     Role,
     RoleCredential,
@@ -68,13 +69,19 @@ from rlax_core.transport.manifests import (
 )
 from rlax_core.transport.publishing import PreparedVersion, check_version_number, prepare_version
 from rlax_core.transport.settings import NetworkTransportSettings, TransportSettings
-from rlax_core.transport.signing import SigningSettings, VersionSigner, version_signer
+from rlax_core.transport.signing import (
+    SigningSettings,
+    VersionSigner,
+    VersionVerifier,
+    version_signer,
+)
 from rlax_core.transport.version_watch import VersionWatch
 
 __all__ = [
     "CHECKSUM_ALGORITHM",
     "CREDENTIALS_ENV",
     "MAX_VERSION",
+    "QUEUE_RIGHTS",
     "ROLES",
     "SIGNED_CHECKSUM_ALGORITHM",
     "SUPPORTED_DTYPES",
@@ -92,6 +99,7 @@ __all__ = [
     "SigningSettings",
     "TransportSettings",
     "VersionSigner",
+    "VersionVerifier",
     "VersionWatch",
     "as_host_array",
     "authenticate",

@@ -34,10 +34,19 @@ from pathlib import Path
 from typing import Literal
 
 from rlax_core.errors import ConfigError, TransportAuthError
+from rlax_core.rl.roles.queues import PROMPTS, ROLLOUTS, TO_VERIFY
 from rlax_core.transport.certificates import issue_certificate, make_authority, write_private
 
 Role = Literal["trainer", "worker", "verifier"]
 ROLES: tuple[Role, ...] = ("trainer", "worker", "verifier")
+QUEUE_RIGHTS: dict[str, tuple[frozenset[Role], frozenset[Role]]] = {
+    PROMPTS: (frozenset({"trainer"}), frozenset({"worker"})),
+    TO_VERIFY: (frozenset({"worker"}), frozenset({"verifier"})),
+    ROLLOUTS: (frozenset({"worker", "verifier"}), frozenset({"trainer"})),
+}
+"""Each queue of a run: (the roles that put to it, the roles that lease from it). Every
+transport that enforces roles enforces exactly these."""
+
 CREDENTIALS_ENV = "RLAX_TRANSPORT_CREDENTIALS"
 """Environment variable holding a process's ``ROLE:SECRET`` (used when no file is set)."""
 
