@@ -27,7 +27,7 @@ from rlax_core.errors import (
 )
 from rlax_core.kit.transport import Role, SigningSettings
 from rlax_core.testing.hostile_contract import HostileClientContract, HostileHarness
-from rlax_core.transport.credentials import generate_run_credentials
+from rlax_core.transport.credentials import RunCredentials, generate_run_credentials
 from rlax_core.types.lease import Lease
 from rlax_transport_nats import NatsTransport, NatsTransportConfig
 from rlax_transport_nats.config import NatsServerSettings
@@ -259,9 +259,9 @@ def test_the_server_refuses_raw_writes_of_weights_and_prompts(
             harness._all_refused(role, what, [attempt])
 
 
-def test_mutual_tls_refuses_a_client_without_a_certificate(tmp_path: Path) -> None:
-    made = generate_run_credentials(tmp_path / "credentials", ["127.0.0.1"])
-    config = NatsTransportConfig(
+def _mutual_tls_config(made: RunCredentials, tmp_path: Path) -> NatsTransportConfig:
+    """A server with the run's credentials that asks every client for a certificate."""
+    return NatsTransportConfig(
         servers=[f"tls://127.0.0.1:{free_port()}"],
         namespace=NAMESPACE,
         connect_timeout_s=3.0,
@@ -277,6 +277,11 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(tmp_path: Path) -> No
             verify_clients=True,
         ),
     )
+
+
+def test_mutual_tls_refuses_a_client_without_a_certificate(tmp_path: Path) -> None:
+    made = generate_run_credentials(tmp_path / "credentials", ["127.0.0.1"])
+    config = _mutual_tls_config(made, tmp_path)
     server = NatsTransportServer(config)
     server.start()
     try:
@@ -308,23 +313,11 @@ def test_under_mutual_tls_the_server_makes_the_streams_before_any_role_starts(
     config's client paths, so `rlax serve` makes the streams and queues itself and a
     worker that starts before the trainer finds them."""
     made = generate_run_credentials(tmp_path / "credentials", ["rlax-transport"])
-    config = NatsTransportConfig(
-        servers=[f"tls://127.0.0.1:{free_port()}"],
-        namespace=NAMESPACE,
-        connect_timeout_s=3.0,
-        reconnect_timeout_s=5.0,
-        max_weights_gb=1.0,
-        max_queue_gb=0.05,
-        tls_ca_file=made.server / "ca.pem",
-        tls_cert_file=made.server / "client.pem",
-        tls_key_file=made.server / "client-key.pem",
-        server=NatsServerSettings(
-            store_dir=tmp_path / "jetstream",
-            credentials_dir=made.server / "credentials",
-            tls_cert_file=made.server / "server.pem",
-            tls_key_file=made.server / "server-key.pem",
-            verify_clients=True,
-        ),
+    config = _mutual_tls_config(made, tmp_path).model_copy(
+        update={
+            "tls_cert_file": made.server / "client.pem",
+            "tls_key_file": made.server / "client-key.pem",
+        }
     )
     server = NatsTransportServer(config)
     server.start()
