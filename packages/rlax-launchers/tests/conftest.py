@@ -24,6 +24,7 @@ import yaml
 from rlax_core.config import load_run_config
 from rlax_core.plugins import Registry, load_registry
 from rlax_launchers.testing.fake_gcloud import install_fake_gcloud
+from rlax_launchers.tpu_slice import TpuSliceConfig
 
 NATS = {"type": "nats", "servers": ["nats://10.0.0.1:4222"]}
 KUBERNETES_VERSION = "1.35.0"
@@ -91,6 +92,21 @@ def registry() -> Registry:
     return load_registry()
 
 
+def trainer_mesh(launcher: dict[str, Any]) -> dict[str, int]:
+    """A trainer mesh over the launcher's trainer slice (all its chips on fsdp), as a cloud
+    launch requires; the local launcher's run gets the default."""
+    trainer = launcher.get("trainer")
+    if not trainer:
+        return {}
+    try:
+        shape = TpuSliceConfig(
+            accelerator_type=trainer["accelerator_type"], topology=trainer.get("topology")
+        ).shape()
+    except ValueError:
+        return {}  # a slice the test means to be refused
+    return {"fsdp": shape.chips}
+
+
 @pytest.fixture
 def write_run_config(tmp_path: Path) -> Callable[..., Path]:
     """Writes a run config file: a small run with the given launcher section."""
@@ -122,6 +138,7 @@ def write_run_config(tmp_path: Path) -> Callable[..., Path]:
         }
         if launcher is not None:
             data["launcher"] = launcher
+            data["trainer"] = {"mesh": trainer_mesh(launcher)}
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return path

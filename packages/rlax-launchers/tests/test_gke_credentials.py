@@ -172,7 +172,8 @@ def test_apply_generates_the_credentials_once_for_the_service_names_and_fills_th
         assert stat.S_IMODE((folder / private).stat().st_mode) == 0o600
     certificate = x509.load_pem_x509_certificate((folder / "server/server.pem").read_bytes())
     names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
-    assert sorted(names.value.get_values_for_type(x509.DNSName)) == sorted(hosts)
+    # the Service's names, and loopback for the server's own connections
+    assert sorted(names.value.get_values_for_type(x509.DNSName)) == sorted([*hosts, "localhost"])
     # A second --apply reuses them: new ones would lock out the running pods.
     before = (folder / "worker/credential").read_bytes()
     assert run_credentials_folder(run_config.launcher.credentials, tmp_path, hosts) == folder

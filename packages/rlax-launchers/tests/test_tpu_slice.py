@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
+import yaml
 from pydantic import ValidationError
 
+from rlax_core.cli.main import main
 from rlax_launchers.tpu_slice import TpuSliceConfig
 
 
@@ -55,3 +60,35 @@ def test_impossible_slices_are_refused_with_the_reason(fields: dict, message: st
     with pytest.raises(ValidationError) as caught:
         TpuSliceConfig(**fields)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("launcher", ["gke", "tpu-vm"])
+@pytest.mark.parametrize(
+    ("mesh", "refused"),
+    [({}, True), ({"fsdp": 8}, True), ({"fsdp": 32}, True), ({"data": 2, "fsdp": 8}, False)],
+)
+def test_a_trainer_mesh_must_cover_the_trainer_slice(
+    launcher: str,
+    mesh: dict,
+    refused: bool,
+    write_run_config: Callable[..., Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """A 1×1×1 mesh on a 16-chip trainer slice leaves 15 chips idle; one over more
+    devices cannot be built once the slice is found: both are refused at the launch."""
+    section = {"type": launcher, "trainer": {"accelerator_type": "v5p-32"},
+               "workers": {"accelerator_type": "v5p-8"}}  # fmt: skip
+    if launcher == "gke":
+        section |= {"image": "registry.example/rlax:1", "run_dir": "gs://bucket/runs/demo"}
+    else:
+        section |= {"project": "rl-project", "zone": "us-east5-a"}
+    path = write_run_config(section)
+    config = yaml.safe_load(path.read_text())
+    config["trainer"]["mesh"] = mesh
+    path.write_text(yaml.safe_dump(config))
+    code = main(["launch", str(path), "--dry-run", "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert (code, "the trainer slice v5p-32 has 16 chips" in err) == (
+        (2, True) if refused else (0, False)
+    )

@@ -52,6 +52,7 @@ RUN = {
         ]
     },
     "rollout": {"workers": 1, "max_new_tokens": 16},
+    "trainer": {"mesh": {"fsdp": 4}},  # the v5p-8 trainer slice's 4 chips
     "transport": {"type": "nats", "servers": ["nats://10.0.0.1:4222"]},
     "verifier": {"judge": {"type": "math"}, "placement": "stage", "workers": 1},
     "launcher": SECTION,

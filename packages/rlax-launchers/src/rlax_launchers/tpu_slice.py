@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rlax_core.config.run_config import RunConfigBase
+from rlax_core.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class TpuGeneration:
@@ -172,3 +175,24 @@ class TpuSliceShape:
         if self.explicit_topology:
             return [f"--type={self.generation.name}", f"--topology={self.topology}"]
         return [f"--accelerator-type={self.accelerator_type}"]
+
+
+def check_trainer_mesh(run_config: RunConfigBase, trainer: TpuSliceShape) -> None:
+    """Refuses a trainer mesh that does not cover the trainer slice's chips exactly.
+
+    JAX sees one device per chip of these generations; a mesh over fewer leaves chips
+    idle that the run pays for, and one over more cannot be built once the slice is
+    found (after the wait for capacity).
+
+    Raises:
+        ConfigError: data × fsdp × tensor differs from the slice's chips.
+    """
+    mesh = run_config.trainer.mesh
+    devices = mesh.data * mesh.fsdp * mesh.tensor
+    if devices != trainer.chips:
+        raise ConfigError(
+            f"trainer.mesh is data={mesh.data} × fsdp={mesh.fsdp} × tensor={mesh.tensor} = "
+            f"{devices} devices, but the trainer slice {trainer.accelerator_type} has "
+            f"{trainer.chips} chips: make the axes multiply to {trainer.chips} (e.g. "
+            f"mesh: {{fsdp: {trainer.chips}}}), or change launcher.trainer.accelerator_type"
+        )

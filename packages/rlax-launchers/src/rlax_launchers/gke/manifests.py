@@ -44,6 +44,7 @@ from rlax_launchers.gke.transport import transport_objects, transport_service_na
 from rlax_launchers.gke.verifiers import verifier_monitoring_port, verifier_objects
 from rlax_launchers.run_credentials import FOLDERS, CredentialFiles, placeholder_files
 from rlax_launchers.run_identity import resource_prefix, shared_run_dir
+from rlax_launchers.tpu_slice import check_trainer_mesh
 from rlax_launchers.transport_placement import transport_placement
 
 
@@ -97,6 +98,7 @@ def render_manifests(
     prefix = resource_prefix(run_config, config.name)
     secure = not config.credentials.insecure
     trainer, workers = config.trainer.shape(), config.workers.shape()
+    check_trainer_mesh(run_config, trainer)
     run_dir = shared_run_dir(
         run_config, config.run_dir, launcher="gke", trainer_hosts=trainer.hosts
     )

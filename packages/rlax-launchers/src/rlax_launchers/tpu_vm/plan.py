@@ -27,7 +27,7 @@ from rlax_launchers.role_commands import (
 from rlax_launchers.run_credentials import CredentialFiles, placeholder_files
 from rlax_launchers.run_identity import resource_prefix, shared_run_dir
 from rlax_launchers.run_packages import RunPackage, jax_requirement, run_packages
-from rlax_launchers.tpu_slice import TpuSliceShape
+from rlax_launchers.tpu_slice import TpuSliceShape, check_trainer_mesh
 from rlax_launchers.tpu_vm.commands import SliceNode, create_command
 from rlax_launchers.tpu_vm.config import TpuVmLauncherConfig
 from rlax_launchers.tpu_vm.instances import (
@@ -169,6 +169,7 @@ def build_plan(
             verifiers but judges inline.
     """
     prefix, trainer, workers = slice_nodes(config, run_config, run_dir)
+    check_trainer_mesh(run_config, config.trainer.shape())
     verifiers = verifier_instances(config, run_config, prefix, run_dir / LAUNCH_SUBDIR)
     secure = not config.credentials.insecure
     placement = transport_placement(run_config, "tpu-vm", tls=secure)
