@@ -21,8 +21,9 @@ def test_dry_run_prints_the_command_of_every_process(
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("rlax")]
     assert lines[0] == (
         f"rlax serve param-server --config {config.resolve()} "
-        f"--set server.state_dir={run_dir}/transport &"
-    )  # the server keeps its state in the run directory, so it survives a restart
+        f"--set server.state_dir={run_dir}/transport --run-dir {run_dir} &"
+    )  # the server keeps its state in the run directory (it survives a restart), and
+    # reports its load there
     assert [line.split("--worker-id ")[1] for line in lines[1:4]] == ["w0 &", "w1 &", "w2 &"]
     assert lines[-1] == (
         f"rlax train {config.resolve()} --run-dir {run_dir} --role trainer --no-progress"

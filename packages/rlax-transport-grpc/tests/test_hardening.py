@@ -144,3 +144,33 @@ def test_the_bulk_port_wants_a_credential(server) -> None:
             with socket.create_connection(("127.0.0.1", reply.port), timeout=10) as conn:
                 conn.sendall(len(credential).to_bytes(2, "big") + credential + reply.ticket)
                 assert conn.recv(1) == status
+
+
+def test_the_server_counts_its_load_where_rlax_status_shows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Connections, waiting calls and refusals, written by `rlax serve --run-dir` every
+    few seconds to status/transport.json, and shown by `rlax status`."""
+    from rlax_core.cli.main import main
+
+    run_dir = tmp_path / "run"
+    serving = ServeProcess(tmp_path / "state", run_dir=run_dir, token="lab-token-for-tests")
+    serving.start()
+    try:
+        wrong = serving.client_config(token="not-the-token", connect_timeout_s=2.0)
+        with pytest.raises(Exception):  # noqa: B017, PT011 (refused: any error)
+            GrpcParameterStore.open(wrong)
+        status = run_dir / "status" / "transport.json"
+        deadline = time.monotonic() + 30
+        load: dict = {}
+        while time.monotonic() < deadline and not load.get("refused_credentials"):
+            time.sleep(0.5)
+            if status.exists():
+                load = json.loads(status.read_text()).get("load", {})
+        assert load.get("refused_credentials", 0) >= 1
+        assert {"waiting_calls", "fetch_streams", "bulk_connections"} <= set(load)
+        assert main(["status", str(run_dir)]) == 0
+        out = capsys.readouterr().out
+        assert "transport" in out and "refused credentials" in out
+    finally:
+        serving.stop()

@@ -23,7 +23,11 @@ from rlax_core.errors import ConfigError
 
 
 def transport_server_command(
-    config_path: str, set_args: list[str], *, insecure: bool = False
+    config_path: str,
+    set_args: list[str],
+    *,
+    insecure: bool = False,
+    run_dir: str | None = None,
 ) -> list[str]:
     """``rlax serve param-server --config RUN.yaml`` and its ``--set`` overrides.
 
@@ -32,8 +36,12 @@ def transport_server_command(
         set_args: ``--set`` overrides (where to listen and keep state; never a secret).
         insecure: add ``--insecure``: the run opted out of per-run credentials, and
             ``rlax serve`` refuses an open server on a non-loopback address without it.
+        run_dir: where the server reports its load for ``rlax status`` (None: the
+            config's ``run.run_dir``).
     """
     command = ["rlax", "serve", "param-server", "--config", config_path, *set_args]
+    if run_dir is not None:
+        command += ["--run-dir", run_dir]
     return [*command, "--insecure"] if insecure else command
 
 

@@ -155,6 +155,10 @@ class GrpcParameterServer(TransportServer):
             encrypted=self.config.server.tls_cert_file is not None,
         )
 
+    def load(self) -> dict[str, int]:
+        service = self._service
+        return {} if service is None else service.load()
+
     def running(self) -> bool:
         return self._server is not None
 

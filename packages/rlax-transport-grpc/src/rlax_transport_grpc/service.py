@@ -146,18 +146,24 @@ class TransportService:
 
     # -- parameter server --
 
+    def load(self) -> dict[str, int]:
+        """The server's counts: what it holds now and what it refused so far."""
+        bulk = self.bulk
+        return {
+            "waiting_calls": self.waiting.active,
+            "fetch_streams": self.streams.active,
+            "bulk_connections": bulk.active if bulk else 0,
+            "refused_busy": self.waiting.refused + self.streams.refused,
+            "refused_bulk": bulk.refused if bulk else 0,
+            "refused_credentials": self.gatekeeper.refused,
+        }
+
     def ping(self, request: pb.Empty, context: grpc.ServicerContext) -> pb.ServerInfo:
         self.namespace(context, self.caller(context))  # a trainer's first call makes it
-        bulk = self.bulk
         return pb.ServerInfo(
             keep_versions=self.config.keep_versions,
             max_message_bytes=self.config.max_message_bytes,
-            waiting_calls=self.waiting.active,
-            fetch_streams=self.streams.active,
-            bulk_connections=bulk.active if bulk else 0,
-            refused_busy=self.waiting.refused + self.streams.refused,
-            refused_bulk=bulk.refused if bulk else 0,
-            refused_credentials=self.gatekeeper.refused,
+            **self.load(),
         )
 
     def publish(self, frames: Iterator[Any], context: grpc.ServicerContext) -> pb.Manifest:

@@ -36,20 +36,24 @@ class ServeProcess:
     Args:
         state_dir: the server's state folder (kept across :meth:`restart`).
         settings: more ``--set`` overrides (``"keep_versions": 3``, ``"token": ...``).
+        run_dir: the run directory it reports its load to (``--run-dir``), if any.
     """
 
-    def __init__(self, state_dir: Path, **settings: object) -> None:
+    def __init__(self, state_dir: Path, run_dir: Path | None = None, **settings: object) -> None:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.state_dir = state_dir
         self.settings = {"address": self.address, "server.state_dir": str(state_dir), **settings}
         self.log = state_dir.parent / f"serve-{self.port}.log"
+        self.run_dir = run_dir
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 30.0) -> None:
         """Starts the server; returns when it accepts connections."""
         command = [sys.executable, "-m", "rlax_core.cli", "serve", "param-server"]
         command += ["--transport", "grpc"]
+        if self.run_dir is not None:
+            command += ["--run-dir", str(self.run_dir)]
         for key, value in self.settings.items():
             command += [
                 "--set",

@@ -14,10 +14,12 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from rlax_core.config.loading import load_run_config
@@ -26,10 +28,14 @@ from rlax_core.contracts.transport import ServerSecurity, TransportServer
 from rlax_core.errors import ConfigError, RlaxError
 from rlax_core.plugins.manager import load_registry
 from rlax_core.plugins.registry import BuildContext, Registry
+from rlax_core.run_dir.status import write_status
 from rlax_core.serve.policy_server import EngineShape, PolicyServer
+from rlax_core.storage import AnyPath, storage_path
 
 # How often the foreground loop checks that the server is still alive.
 _POLL_S = 0.5
+# How often a transport server of a run reports its load to the run's status files.
+_STATUS_EVERY_S = 5.0
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -63,6 +69,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="param-server: serve a non-loopback address without authentication or TLS "
         "(a lab network you trust; anyone who reaches the port can then publish weights)",
     )
+    sub.add_argument(
+        "--run-dir",
+        help="param-server: the run directory it reports its load to, for `rlax status` "
+        "(default: the config's run.run_dir)",
+    )
     sub.add_argument("--transport", help="transport type, e.g. grpc or nats")
     sub.add_argument("--config", type=Path, help="a run config whose transport section to use")
     add_set_argument(sub, "one transport setting")
@@ -84,17 +95,44 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    status_dir = _status_dir(args) if isinstance(server, TransportServer) else None
     server.start()
     try:
         address = server.url if isinstance(server, PolicyServer) else server.address
         print(f"serving {args.what} at {address}", flush=True)
+        reported = 0.0
         while not stop.wait(_POLL_S):
             if not server.running():
                 raise RlaxError(f"the server at {address} stopped on its own; see its log")
+            if status_dir is not None and time.monotonic() - reported >= _STATUS_EVERY_S:
+                reported = time.monotonic()
+                _report_load(status_dir, server)  # type: ignore[arg-type]
     finally:
         server.stop()
     print("stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _status_dir(args: argparse.Namespace) -> AnyPath | None:
+    """The run directory a transport server reports to: ``--run-dir``, else its run
+    config's ``run.run_dir``; None when neither is given."""
+    configured = args.run_dir
+    if configured is None and args.config is not None:
+        try:
+            configured = (
+                (yaml.safe_load(args.config.read_text()) or {}).get("run", {}).get("run_dir")
+            )
+        except (OSError, yaml.YAMLError, AttributeError):
+            return None  # build_server has read and checked it; nothing to report to
+    return storage_path(configured) if configured else None
+
+
+def _report_load(run_dir: AnyPath, server: TransportServer) -> None:
+    """``status/transport.json``: the server's counts, for ``rlax status``."""
+    try:
+        write_status(run_dir, "transport", {"role": "transport", "load": server.load()})
+    except Exception as exc:
+        print(f"warning: could not report the server's load to {run_dir}: {exc}", file=sys.stderr)
 
 
 def check_exposure(security: ServerSecurity, *, insecure: bool) -> None:

@@ -65,7 +65,7 @@ def render(rows: list[ProcessRow]) -> Table:
         "step",
         "throughput",
         "backlog",
-        "engine",
+        "engine / load",
         "updated",
     ):
         table.add_column(column)
@@ -85,7 +85,7 @@ def render(rows: list[ProcessRow]) -> Table:
             _text(row.step),
             throughput or "-",
             _text(row.backlog),
-            _engine(row.engine),
+            _engine(row.engine) if row.engine else _load(row.load),
             "-" if row.updated_age_s is None else f"{row.updated_age_s:.0f} s ago",
         )
     return table
@@ -101,6 +101,13 @@ def _engine(engine: dict[str, float] | None) -> str:
         f"KV {engine['kv_blocks_used']:.0f}/{engine['kv_blocks']:.0f}, "
         f"{engine['preemptions']:.0f} preempted"
     )
+
+
+def _load(load: dict[str, int] | None) -> str:
+    """A transport server's counts: what it holds now and what it refused."""
+    if not load:
+        return "-"
+    return ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in load.items())
 
 
 def _text(value: object) -> str:

@@ -96,6 +96,11 @@ class TransportServer(ABC):
         hostport = self.address.split("://", 1)[-1]
         return ServerSecurity(hostport.rsplit(":", 1)[0], authenticated=False, encrypted=False)
 
+    def load(self) -> dict[str, int]:
+        """What the server holds and has refused so far (connections, waiting calls,
+        refusals), by name, for ``rlax status``; empty for a server that does not count."""
+        return {}
+
     @abstractmethod
     def start(self) -> None:
         """Starts serving; returns when clients can connect.

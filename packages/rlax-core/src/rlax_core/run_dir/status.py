@@ -55,6 +55,7 @@ class ProcessRow:
     updated_age_s: float | None
     backlog: int | None = None  # a verifier's: groups waiting to be judged
     engine: dict[str, float] | None = None  # a streaming worker's: its rollout engine now
+    load: dict[str, int] | None = None  # a transport server's: what it holds and refused
 
 
 def collect_status(run_dir: Path) -> tuple[list[ProcessRow], ProcessTable | None]:
@@ -154,6 +155,7 @@ def _row(
         updated_age_s=None if updated is None else max(0.0, now - float(updated)),
         backlog=status.get("backlog"),
         engine=status.get("engine"),
+        load=status.get("load"),
     )
 
 

@@ -107,7 +107,9 @@ class LocalLauncher(Launcher):
         rlax = [sys.executable, "-m", "rlax_core.cli"]
         processes = []
         if transport.type in self.registry.names("transport_server"):
-            serve = transport_server_command(config, self._state_dir_args(transport, run_dir))
+            serve = transport_server_command(
+                config, self._state_dir_args(transport, run_dir), run_dir=directory
+            )
             processes.append(SupervisedProcess("transport", "transport", rlax + serve[1:], run_dir))
         trainer = trainer_command(
             config, directory, num_processes=1, coordinator="", process_id="0"
