@@ -176,3 +176,15 @@ def test_config_refuses_unknown_and_invalid_fields() -> None:
     with pytest.raises(pydantic.ValidationError):
         MathJudgeConfig(workers=0)
     assert all(f.description for f in MathJudgeConfig.model_fields.values())
+
+
+def test_a_fresh_worker_is_warm_before_its_first_deadline() -> None:
+    """A worker's first comparison builds the parsers' lazy state (~0.1 s here, far more
+    on a loaded machine): it is done before the worker reports ready, so a worker that
+    replaced a killed one does not give its first, right answer WA."""
+    judge = MathJudge(MathJudgeConfig(timeout_s=0.05, workers=1))
+    try:
+        verdicts = judge.judge([{"answer": "1/2"}] * 2, ["\\boxed{0.5}", "\\boxed{\\frac{2}{4}}"])
+        assert [v.status for v in verdicts] == [AC, AC], [v.message for v in verdicts]
+    finally:
+        judge.close()

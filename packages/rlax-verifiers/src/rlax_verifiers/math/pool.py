@@ -113,8 +113,13 @@ def serve(conn: Connection, memory_mb: int) -> None:
     """A worker's main loop: receive a :class:`Task`, reply ``(status, message, recycle)``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
     from rlax_verifiers.math.equivalence import judge_text
+    from rlax_verifiers.math.options import MatchOptions
 
     _limit_memory(memory_mb)
+    # The first comparison builds the parsers' lazy state (a hundred times the cost of
+    # the next one, and more on a loaded machine): done here, before the worker says it
+    # is ready, it never counts against an answer's deadline.
+    judge_text("1/2", "\\boxed{\\frac{2}{4}}", MatchOptions())
     conn.send(READY)
     while True:
         try:
