@@ -1,6 +1,7 @@
 """Weight transfer and queue throughput of the transports, beside same-run baselines.
 
-Per transport (in-process, NATS, NATS with the weights in the server's memory, gRPC):
+Per transport (in-process, NATS, NATS with the weights in the server's memory, gRPC, and
+gRPC with signed weights: BLAKE3 digests and an Ed25519 signature instead of XXH3):
 publish, fetch by 1 and 4 concurrent readers, and publish-to-all-readers time for one
 parameter set (1 GB; 32 MB with --quick), each beside the same bytes over a plain TCP
 socket on loopback, measured in the same run. Then queue throughput (rollouts/s with
@@ -35,6 +36,7 @@ import numpy as np
 from benchmarks import ROOT, _nats_relay, _transport_reader, module_command
 from rlax_core.bench import Bench
 from rlax_core.transport.inproc import InProcParameterStore, InProcQueue
+from rlax_core.transport.signing import SigningSettings, generate_signing_key
 
 READERS = 4
 SOCKET = "plain TCP socket, loopback"
@@ -251,6 +253,17 @@ def _bench_weights(bench: Bench, name: str, publisher: Any, readers: _Readers,
                          subject_label=name, baseline_label=SOCKET)  # fmt: skip
 
 
+def _signing_keys(folder: Path) -> SigningSettings:
+    """A key pair for the signed-weights rows (the trainer's, so it signs)."""
+    private, public = generate_signing_key()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "signing-key.pem").write_bytes(private)
+    (folder / "signing.pub").write_bytes(public)
+    return SigningSettings(
+        public_key_file=folder / "signing.pub", private_key_file=folder / "signing-key.pem"
+    )
+
+
 def _bench_nats_relay(bench: Bench, url: str, base: _SocketBaseline, chunk: int) -> None:
     """Core messages relayed by nats-server to one reader (no RLAX code), beside the socket."""
     relay = _nats_relay.relay
@@ -373,11 +386,18 @@ def run(bench: Bench) -> None:
             nats_memory = nats_config.model_copy(
                 update={"namespace": f"{nats_config.namespace}m", "weight_storage": "memory"}
             )
+            grpc_config = grpc_server.client_config(reconnect_timeout_s=120)
+            # Signed weights: the same transfer with BLAKE3 digests and an Ed25519
+            # signature instead of XXH3, in a namespace of its own.
+            grpc_signed = grpc_config.model_copy(
+                update={"namespace": f"{grpc_config.namespace}s",
+                        "signing": _signing_keys(Path(tmp) / "keys")}
+            )  # fmt: skip
             for name, kind, config, open_store in (
                 ("nats", "nats", nats_config, NatsParameterStore.open),
                 ("nats (memory storage)", "nats", nats_memory, NatsParameterStore.open),
-                ("grpc", "grpc", grpc_server.client_config(reconnect_timeout_s=120),
-                 GrpcParameterStore.open),
+                ("grpc", "grpc", grpc_config, GrpcParameterStore.open),
+                ("grpc (signed weights)", "grpc", grpc_signed, GrpcParameterStore.open),
             ):  # fmt: skip
                 publisher = open_store(config)
                 readers = _Readers(kind=kind, config_json=config.model_dump_json())
@@ -392,7 +412,6 @@ def run(bench: Bench) -> None:
                     chunked = {r.name.split("nats ")[1]: r.subject for r in bench.results
                                if r.name in ("nats publish", "nats fetch, 1 reader")}  # fmt: skip
                     _bench_object_store(bench, nats_server.url, params, chunked)
-            grpc_config = grpc_server.client_config(reconnect_timeout_s=120)
             _bench_queues(bench, "nats", lambda q: NatsQueue.open(nats_config, q))
             _bench_queues(bench, "grpc", lambda q: GrpcQueue.open(grpc_config, q))
         finally:
