@@ -26,8 +26,10 @@ from rlax_core.errors import (
 from rlax_core.tensors import manifest_checksum, tensor_checksum
 from rlax_core.transport.credentials import (
     CREDENTIALS_ENV,
+    FOLDERS,
     ROLES,
     authenticate,
+    folder_files,
     generate_run_credentials,
     parse_credential,
     read_credential,
@@ -81,6 +83,15 @@ def test_each_role_gets_its_own_folder_and_only_the_trainer_can_sign(run_credent
     assert len(secrets) == len(ROLES)  # no two roles share a secret
     with pytest.raises(ConfigError, match="holds credentials already"):
         generate_run_credentials(run_credentials.folder, ["x"])
+
+
+def test_each_folder_holds_exactly_the_files_its_layout_names(run_credentials) -> None:
+    """What launchers mount (folder_files) is what generate_run_credentials writes."""
+    folders = {**run_credentials.roles, "server": run_credentials.server}
+    assert sorted(folders) == sorted(FOLDERS)
+    for name, folder in folders.items():
+        written = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+        assert written == sorted(folder_files(name)), name
 
 
 def test_a_wrong_guessed_or_missing_credential_is_refused(run_credentials) -> None:

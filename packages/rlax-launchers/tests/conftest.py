@@ -92,6 +92,14 @@ def registry() -> Registry:
     return load_registry()
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs in its own folder: a launch without --run-dir writes runs/NAME
+    (an --apply's generated credentials) there, never in the checkout, where the next
+    test would find and reuse them."""
+    monkeypatch.chdir(tmp_path)
+
+
 def trainer_mesh(launcher: dict[str, Any]) -> dict[str, int]:
     """A trainer mesh over the launcher's trainer slice (all its chips on fsdp), as a cloud
     launch requires; the local launcher's run gets the default."""

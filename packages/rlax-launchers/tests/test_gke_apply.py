@@ -56,8 +56,6 @@ def config_path(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Path:
-    # The launcher's local run directory (runs/demo: its generated credentials) in tmp_path.
-    monkeypatch.chdir(tmp_path)
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     return write_run_config(
         {

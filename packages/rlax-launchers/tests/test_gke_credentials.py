@@ -100,9 +100,16 @@ def test_a_dry_run_renders_a_secret_per_role_with_placeholders_and_mounts_each_i
     )
     assert "signing-key.pem" not in secret_data(secrets["demo-worker-credentials"])
     assert sorted(secret_data(secrets["demo-server-credentials"])) == [
-        "ca.pem", "credentials.trainer", "credentials.verifier", "credentials.worker",
-        "server-key.pem", "server.pem",
-    ]  # fmt: skip
+        "ca.pem",
+        "client-key.pem",
+        "client.pem",
+        "credentials.trainer",
+        "credentials.verifier",
+        "credentials.worker",
+        "server-key.pem",
+        "server.pem",
+        "signing.pub",
+    ]  # fmt: skip (its client certificate: a NATS server makes the streams under mTLS)
 
     # Each role's pods mount their own Secret, read-only, at the same path; no other's.
     for role, pod in pods(items).items():

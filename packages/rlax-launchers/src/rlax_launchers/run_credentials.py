@@ -14,7 +14,7 @@ the trainer (see :mod:`rlax_core.transport.credentials`). The files come from
 
 Each role's processes get their own folder at :data:`MOUNT_DIR` (never another role's),
 and the run config's transport section names the files there
-(:func:`secure_transport_settings`), so the run config is the same for every role and
+(core's ``transport_settings``), so the run config is the same for every role and
 holds no secret. Where the files come from (``launcher.credentials``):
 
 - by default, ``--apply`` generates them into ``launch/credentials`` of the local
@@ -41,23 +41,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlax_core.errors import ConfigError
 from rlax_core.kit.launcher import (
-    CA_FILE,
-    CLIENT_CERT_FILE,
-    CLIENT_KEY_FILE,
-    CREDENTIAL_FILE,
-    MOUNT_DIR,
-    ROLES,
-    SERVER_CERT_FILE,
-    SERVER_CREDENTIALS_DIR,
-    SERVER_KEY_FILE,
-    SIGNING_PRIVATE_FILE,
-    SIGNING_PUBLIC_FILE,
+    FOLDERS,
+    IDENTITY_FILES,
+    SERVER,
+    folder_files,
     generate_run_credentials,
+    transport_settings,
 )
 
-SERVER = "server"
-FOLDERS = (*ROLES, SERVER)
-"""The folders of a run's credentials: each role's, then the server's."""
 GENERATED_SUBDIR = "launch/credentials"
 """Where ``--apply`` generates a run's credentials, under the local ``--run-dir``."""
 PLACEHOLDER = (
@@ -127,10 +118,13 @@ class CredentialFiles:
 
     def merged(self, *names: str) -> dict[str, bytes]:
         """The files of several folders in one (the trainer slice's hosts mount the
-        trainer's and the server's at one path; only ``ca.pem`` is in both, the same)."""
+        trainer's and the server's at one path). Files in both must be the same, but for
+        the client certificate and key: the first folder's say who the host connects as."""
         files: dict[str, bytes] = {}
         for name in names:
             for path, content in self.folders[name].items():
+                if path in files and path in IDENTITY_FILES:
+                    continue
                 if path in files and files[path] != content:
                     raise ConfigError(
                         f"{self.source}: {path} differs between the {' and '.join(names)} "
@@ -138,19 +132,6 @@ class CredentialFiles:
                     )
                 files[path] = content
         return files
-
-
-def folder_files(folder: str) -> list[str]:
-    """The files of one folder of a run's credentials, as paths inside it."""
-    if folder == SERVER:
-        return [
-            SERVER_CERT_FILE,
-            SERVER_KEY_FILE,
-            CA_FILE,
-            *(f"{SERVER_CREDENTIALS_DIR}/{role}" for role in ROLES),
-        ]
-    files = [CREDENTIAL_FILE, CA_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE, SIGNING_PUBLIC_FILE]
-    return [*files, SIGNING_PRIVATE_FILE] if folder == "trainer" else files
 
 
 def placeholder_files() -> CredentialFiles:
@@ -208,30 +189,9 @@ def run_credentials_folder(
     return folder
 
 
-def secure_transport_settings() -> dict[str, Any]:
-    """The transport settings that read a role's folder at :data:`MOUNT_DIR`: TLS both
-    ways, the role's credential, the signing keys, and the server's side of each."""
-    return {
-        "credentials_file": f"{MOUNT_DIR}/{CREDENTIAL_FILE}",
-        "tls_ca_file": f"{MOUNT_DIR}/{CA_FILE}",
-        "tls_cert_file": f"{MOUNT_DIR}/{CLIENT_CERT_FILE}",
-        "tls_key_file": f"{MOUNT_DIR}/{CLIENT_KEY_FILE}",
-        "signing": {
-            "public_key_file": f"{MOUNT_DIR}/{SIGNING_PUBLIC_FILE}",
-            # In the trainer's folder alone; only a publisher reads it, when it first signs.
-            "private_key_file": f"{MOUNT_DIR}/{SIGNING_PRIVATE_FILE}",
-        },
-        "server": {
-            "tls_cert_file": f"{MOUNT_DIR}/{SERVER_CERT_FILE}",
-            "tls_key_file": f"{MOUNT_DIR}/{SERVER_KEY_FILE}",
-            "credentials_dir": f"{MOUNT_DIR}/{SERVER_CREDENTIALS_DIR}",
-            "verify_clients": True,
-        },
-    }
-
-
 def apply_secure_settings(transport: dict[str, Any]) -> None:
-    """Fills a transport section (as a mapping) with :func:`secure_transport_settings`.
+    """Fills a transport section (as a mapping) with the settings that read each role's
+    folder where the launchers mount it (core's ``transport_settings``).
 
     Raises:
         ConfigError: the section names credentials of its own, which the per-run ones
@@ -252,7 +212,7 @@ def apply_secure_settings(transport: dict[str, Any]) -> None:
             "launcher.credentials): drop them, or set launcher.credentials.insecure: true to "
             "use the transport section's own settings instead"
         )
-    settings = secure_transport_settings()
+    settings = transport_settings()
     server_settings = settings.pop("server")
     transport.update(settings)
     transport["server"] = {**(server if isinstance(server, dict) else {}), **server_settings}

@@ -13,7 +13,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlax_core.transport.credentials import MOUNT_DIR, ROLES, generate_run_credentials
+import yaml
+
+from rlax_core.transport.credentials import (
+    MOUNT_DIR,
+    ROLES,
+    generate_run_credentials,
+    transport_settings,
+)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -44,16 +51,8 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)  # fmt: skip
     print(
         f"# Mount {made.folder}/ROLE at {MOUNT_DIR} in each role's processes and "
-        f"{made.server} at {MOUNT_DIR} in the server's; then, in the run config:\n"
-        "transport:\n"
-        f"  credentials_file: {MOUNT_DIR}/credential\n"
-        f"  tls_ca_file: {MOUNT_DIR}/ca.pem\n"
-        "  signing:\n"
-        f"    public_key_file: {MOUNT_DIR}/signing.pub\n"
-        f"    private_key_file: {MOUNT_DIR}/signing-key.pem  # the trainer's folder alone has it\n"
-        "  server:\n"
-        f"    tls_cert_file: {MOUNT_DIR}/server.pem\n"
-        f"    tls_key_file: {MOUNT_DIR}/server-key.pem\n"
-        f"    credentials_dir: {MOUNT_DIR}/credentials"
+        f"{made.server} at {MOUNT_DIR} in the server's (signing-key.pem is in the trainer's "
+        "folder alone); then, in the run config:"
     )
+    print(yaml.safe_dump({"transport": transport_settings()}, sort_keys=False), end="")
     return 0

@@ -31,7 +31,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from rlax_core.errors import ConfigError, TransportAuthError
 from rlax_core.rl.roles.queues import PROMPTS, ROLLOUTS, TO_VERIFY
@@ -64,6 +64,45 @@ SIGNING_PUBLIC_FILE = "signing.pub"
 SIGNING_PRIVATE_FILE = "signing-key.pem"
 SERVER_CREDENTIALS_DIR = "credentials"  # in the server's folder: one file per role
 SERVER = "server"
+FOLDERS = (*ROLES, SERVER)
+"""The folders of a run's credentials: each role's, then the server's."""
+IDENTITY_FILES = (CLIENT_CERT_FILE, CLIENT_KEY_FILE)
+"""The files that say who connects: where two folders are mounted together, the first
+folder's are the host's."""
+
+
+def folder_files(folder: str) -> list[str]:
+    """The files :func:`generate_run_credentials` writes in one folder (a role's or
+    :data:`SERVER`), as paths inside it: what a launcher mounts."""
+    shared = [CA_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE, SIGNING_PUBLIC_FILE]
+    if folder == SERVER:
+        own = [SERVER_CERT_FILE, SERVER_KEY_FILE]
+        return [*own, *shared, *(f"{SERVER_CREDENTIALS_DIR}/{role}" for role in ROLES)]
+    files = [CREDENTIAL_FILE, *shared]
+    return [*files, SIGNING_PRIVATE_FILE] if folder == "trainer" else files
+
+
+def transport_settings(mount: str = MOUNT_DIR) -> dict[str, Any]:
+    """The transport settings that read a folder mounted at ``mount`` (each role's, or the
+    server's): TLS both ways, the role's credential, the signing keys, and the server's
+    side of each."""
+    return {
+        "credentials_file": f"{mount}/{CREDENTIAL_FILE}",
+        "tls_ca_file": f"{mount}/{CA_FILE}",
+        "tls_cert_file": f"{mount}/{CLIENT_CERT_FILE}",
+        "tls_key_file": f"{mount}/{CLIENT_KEY_FILE}",
+        "signing": {
+            "public_key_file": f"{mount}/{SIGNING_PUBLIC_FILE}",
+            # In the trainer's folder alone; only a publisher reads it, when it first signs.
+            "private_key_file": f"{mount}/{SIGNING_PRIVATE_FILE}",
+        },
+        "server": {
+            "tls_cert_file": f"{mount}/{SERVER_CERT_FILE}",
+            "tls_key_file": f"{mount}/{SERVER_KEY_FILE}",
+            "credentials_dir": f"{mount}/{SERVER_CREDENTIALS_DIR}",
+            "verify_clients": True,
+        },
+    }
 
 
 @dataclass(frozen=True)
