@@ -168,15 +168,12 @@ class VersionVerifier:
         """The newest version this verifier accepted."""
         return None if self._newest is None else self._newest.version
 
-    def verify(self, info: PolicyVersion) -> PolicyVersion:
-        """Returns ``info`` if the run's key signed it and it is not a replay.
-
-        A version older than the newest accepted one is a replay; the newest one again is
-        fine only as the very manifest accepted before.
+    def check_signature(self, info: PolicyVersion) -> PolicyVersion:
+        """Returns ``info`` if the run's key signed it (whatever the versions seen).
 
         Raises:
             ForgedVersionError: unsigned, signed by another key or over other content,
-                hashed with a forgeable algorithm, or replayed.
+                or hashed with a forgeable algorithm.
         """
         where = f"version {info.version}"
         if info.signature is None:
@@ -195,6 +192,19 @@ class VersionVerifier:
                 f"{where} does not carry the run's signature: someone other than the trainer "
                 "wrote it, or changed it; it is not used"
             ) from None
+        return info
+
+    def verify(self, info: PolicyVersion) -> PolicyVersion:
+        """Returns ``info`` if the run's key signed it and it is not a replay.
+
+        A version older than the newest accepted one is a replay; the newest one again is
+        fine only as the very manifest accepted before.
+
+        Raises:
+            ForgedVersionError: as :meth:`check_signature`, or replayed.
+        """
+        self.check_signature(info)
+        where = f"version {info.version}"
         with self._lock:
             newest = self._newest
             if newest is not None and (
