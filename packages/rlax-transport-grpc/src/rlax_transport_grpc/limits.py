@@ -49,20 +49,6 @@ class QuotaExceededError(TransportError):
     """A quota of the server (namespaces, queues, items, bytes) refused the call."""
 
 
-def lease_seconds(value: float, limit: float, what: str = "lease_s") -> float:
-    """``value`` if it is a lease the server grants: finite, positive, at most ``limit``.
-
-    Raises:
-        ValueError: NaN, infinite, not positive, or longer than ``limit``.
-    """
-    if not (math.isfinite(value) and 0 < value <= limit):
-        raise ValueError(
-            f"{what} must be a number of seconds in (0, {limit:g}] (server.max_lease_s); "
-            f"got {value!r}"
-        )
-    return value
-
-
 def wait_seconds(value: float, limit: float) -> float:
     """How long a get may wait: ``value`` capped at ``limit`` (the client asks again).
 

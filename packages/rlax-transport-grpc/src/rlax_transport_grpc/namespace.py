@@ -153,6 +153,7 @@ class Namespace:
             dedupe_window_s=self.config.dedupe_window_s,
             max_deliveries=max_deliveries,
             journal=journal,
+            max_lease_s=self.config.server.max_lease_s,
         )
         table.restore(*journal.state())
         self._journals[name] = journal

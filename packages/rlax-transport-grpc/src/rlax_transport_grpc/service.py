@@ -40,7 +40,6 @@ from rlax_transport_grpc.limits import (
     CallGate,
     QuotaExceededError,
     ServerBusyError,
-    lease_seconds,
     wait_seconds,
 )
 from rlax_transport_grpc.namespace import Namespace, check_name, count_namespaces
@@ -297,7 +296,7 @@ class TransportService:
         caller = self.caller(context)
         caller.check_queue("Get", request.queue)
         server = self.config.server
-        lease_s = lease_seconds(request.lease_s, server.max_lease_s)
+        lease_s = request.lease_s  # the queue's table checks it (max_lease_s)
         wait = wait_seconds(request.timeout_s, server.max_wait_s)
         if wait > 0 and not self.waiting.try_enter():
             reply = self._lease(context, caller, request.queue, lease_s, 0.0)
@@ -363,14 +362,13 @@ class TransportService:
         return pb.Empty()
 
     def extend(self, request: pb.ExtendRequest, context: grpc.ServicerContext) -> pb.LeaseReply:
-        lease_s = lease_seconds(request.lease_s, self.config.server.max_lease_s)
         queue, lease = self._held(request.lease, "Extend", context)
         if queue is None or lease is None:
             raise LeaseExpiredError(
                 f"lease on item {request.lease.item_id!r} of queue {request.lease.queue!r} was "
                 "not granted to this caller, or has ended"
             )
-        extended = queue.extend(lease, lease_s)
+        extended = queue.extend(lease, request.lease_s)  # its table checks lease_s
         return pb.LeaseReply(
             found=True,
             item_id=extended.item_id,

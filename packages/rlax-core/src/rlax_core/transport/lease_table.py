@@ -222,7 +222,8 @@ class LeaseTable:
     def _check_lease_s(self, lease_s: float) -> None:
         if not (isinstance(lease_s, int | float) and 0 < lease_s <= self.max_lease_s):
             raise ValueError(
-                f"lease_s must be a number of seconds in (0, {self.max_lease_s:g}], got {lease_s!r}"
+                f"lease_s must be a number of seconds in (0, {self.max_lease_s:g}] "
+                f"(the queue's max_lease_s); got {lease_s!r}"
             )
 
     # -- internals (all called with the lock held) --
