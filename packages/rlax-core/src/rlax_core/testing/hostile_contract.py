@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import time
 from abc import ABC, abstractmethod
@@ -129,8 +130,6 @@ def _hostile_manifests() -> dict[str, bytes]:
     data = good.model_dump(mode="json")
 
     def variant(**changes: Any) -> bytes:
-        import json
-
         return json.dumps({**data, **changes}).encode()
 
     first = data["tensors"][0]
