@@ -55,17 +55,18 @@ class TransportPlacement:
             return {"servers": [f"{self.scheme}://{host}:{self.port}"]}
         return {"address": f"{host}:{self.port}"}
 
-    def server_set_args(self, state_dir: str) -> list[str]:
-        """``--set`` arguments of ``rlax serve``: listen everywhere, keep state in ``state_dir``.
+    def server_set_args(self, state_dir: str, interface: str = _ANY_INTERFACE) -> list[str]:
+        """``--set`` arguments of ``rlax serve``: listen on ``interface`` (every one by
+        default), keep state in ``state_dir``.
 
         Values are JSON (which YAML reads as written), so an address is never mistaken for
         a number.
         """
         if self.type == "nats":
-            listen = {"servers": [f"{self.scheme}://{_ANY_INTERFACE}:{self.port}"]}
+            listen = {"servers": [f"{self.scheme}://{interface}:{self.port}"]}
             state = {"server.store_dir": state_dir}
         else:
-            listen = {"address": f"{_ANY_INTERFACE}:{self.port}"}
+            listen = {"address": f"{interface}:{self.port}"}
             state = {"server.state_dir": state_dir}
             if self.bulk_port is not None:
                 listen["server.bulk_port"] = self.bulk_port

@@ -11,6 +11,7 @@ and :func:`filesystem` reach it as the run itself does (:mod:`rlax_core.storage`
 
 from rlax_core.child_processes import signal_when_parent_dies
 from rlax_core.contracts.launcher import ProcessRole, ProcessState
+from rlax_core.run_dir.layout import resolved_config
 from rlax_core.run_dir.metrics import METRICS_FILE, read_metrics
 from rlax_core.run_dir.process_table import (
     EVENTS_FILE,
@@ -88,6 +89,7 @@ __all__ = [
     "read_metrics",
     "read_table",
     "remote_scheme",
+    "resolved_config",
     "signal_when_parent_dies",
     "storage_path",
     "take_preempting",

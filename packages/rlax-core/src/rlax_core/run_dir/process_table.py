@@ -50,6 +50,9 @@ class ProcessEntry(Record):
     last_exit_code: int | None = Field(default=None, description="Exit status of the last exit.")
     started_at: float | None = Field(default=None, description="Unix time of the last start.")
     log: str = Field(description="Its log file, relative to the run directory.")
+    container: str | None = Field(
+        default=None, description="The container it runs in, where a launcher made one."
+    )
 
 
 class ProcessTable(Record):

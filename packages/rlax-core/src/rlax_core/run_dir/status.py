@@ -56,6 +56,7 @@ class ProcessRow:
     backlog: int | None = None  # a verifier's: groups waiting to be judged
     engine: dict[str, float] | None = None  # a streaming worker's: its rollout engine now
     load: dict[str, int] | None = None  # a transport server's: what it holds and refused
+    container: str | None = None  # the container it runs in (the docker launcher's)
 
 
 def collect_status(run_dir: Path) -> tuple[list[ProcessRow], ProcessTable | None]:
@@ -91,6 +92,7 @@ def collect_status(run_dir: Path) -> tuple[list[ProcessRow], ProcessTable | None
                 restarts=entry.restarts,
                 crashes=entry.crashes,
                 preemptions=entry.preemptions,
+                container=entry.container,
             )
         )
     for name, status in sorted(statuses.items()):
@@ -132,6 +134,7 @@ def _row(
     state: str,
     status: dict[str, Any],
     now: float,
+    container: str | None = None,
     **counts: int,
 ) -> ProcessRow:
     updated = status.get("updated_at")
@@ -156,6 +159,7 @@ def _row(
         backlog=status.get("backlog"),
         engine=status.get("engine"),
         load=status.get("load"),
+        container=container,
     )
 
 

@@ -134,14 +134,9 @@ class LocalLauncher(Launcher):
         """
         run_dir = run_dir.resolve()
         self._refuse_second_launcher(run_dir)
-        processes = self.processes(run_config, run_dir)
+        processes = self._prepare(run_config, run_dir)
         for note in (run_dir / PREEMPTING_DIR).glob("*"):
             note.unlink()  # left by a preemption the previous launch never saw end
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.config.env}
-        if self.config.compilation_cache:
-            env.setdefault("JAX_COMPILATION_CACHE_DIR", str(run_dir / COMPILATION_CACHE_DIR))
-            # Small programs too: on a busy machine they are what a restart waits for.
-            env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
         stop = threading.Event()
         received: list[int] = []
 
@@ -154,10 +149,12 @@ class LocalLauncher(Launcher):
         names = ", ".join(p.name for p in processes)
         print(f"launching {names}; logs in {run_dir / 'logs'}", file=sys.stderr, flush=True)
         try:
-            finished = Supervisor(processes, run_dir, self.config, env).run(stop)
+            supervisor = Supervisor(processes, run_dir, self.config, self._environment(run_dir))
+            finished = supervisor.run(stop)
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            self._release(processes)
         if not finished:
             raise LaunchStoppedError(received[0] if received else signal.SIGTERM)
         restarts = ", ".join(f"{p.name} {p.restarts}" for p in processes if p.restarts)
@@ -165,6 +162,22 @@ class LocalLauncher(Launcher):
             f"run finished in {time.monotonic() - started:.0f} s; restarts: {restarts or 'none'}",
             file=sys.stderr,
         )
+
+    def _prepare(self, run_config: RunConfigBase, run_dir: Path) -> list[SupervisedProcess]:
+        """What :meth:`launch` supervises, with anything they need made first."""
+        return self.processes(run_config, run_dir)
+
+    def _environment(self, run_dir: Path) -> dict[str, str]:
+        """The environment of every process: this one's, the config's ``env``, the cache."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.config.env}
+        if self.config.compilation_cache:
+            env.setdefault("JAX_COMPILATION_CACHE_DIR", str(run_dir / COMPILATION_CACHE_DIR))
+            # Small programs too: on a busy machine they are what a restart waits for.
+            env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        return env
+
+    def _release(self, processes: list[SupervisedProcess]) -> None:
+        """Called once the supervised processes have stopped (nothing to undo here)."""
 
     def status(self, run_dir: Path) -> list[ProcessStatus]:
         """The processes of the launcher's table, with their versions and rates."""

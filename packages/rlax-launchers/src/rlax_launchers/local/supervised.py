@@ -15,7 +15,9 @@ import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from rlax_core.kit.launcher import (
     LOGS_DIR,
@@ -60,6 +62,21 @@ class SupervisedProcess:
 
     def start(self, env: dict[str, str]) -> None:
         """Starts a new incarnation; its output is appended to the log."""
+        with self._new_incarnation() as log:
+            self._process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=signal_when_parent_dies(os.getpid(), signal.SIGTERM),
+            )
+        self._running()
+
+    @contextlib.contextmanager
+    def _new_incarnation(self) -> Iterator[BinaryIO]:
+        """The log, open for appending, with a line that says which start this is."""
         if self.started_at is not None:
             self.restarts += 1
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -71,15 +88,9 @@ class SupervisedProcess:
             )
             log.flush()
             self._log_offset = log.tell()
-            self._process = subprocess.Popen(
-                self.command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=signal_when_parent_dies(os.getpid(), signal.SIGTERM),
-            )
+            yield log
+
+    def _running(self) -> None:
         self.state = "running"
         self.started_at = time.time()
         self._started_mono = time.monotonic()

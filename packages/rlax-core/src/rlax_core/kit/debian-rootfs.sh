@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds a minimal root filesystem for the sandbox image from Debian packages, with no
+# Builds a minimal root filesystem for a container image from Debian packages, with no
 # image registry: the dependency closure of the packages named, fetched with apt-get
-# and unpacked (no maintainer scripts run; none of these packages need one).
-#   build-rootfs.sh OUT_DIR PACKAGE...
+# and unpacked (no maintainer scripts run; the images' packages need none, and what
+# ca-certificates' would do is done here: the bundle of the certificates it ships).
+#   debian-rootfs.sh OUT_DIR PACKAGE...
 set -euo pipefail
 out=$1
 shift
@@ -25,7 +26,7 @@ fi
   { apt-get update -qq && apt-get download -qq -o APT::Sandbox::User=root $packages; }; })
 rm -rf "$out"
 mkdir -p "$out"/usr/bin "$out"/usr/lib "$out"/usr/lib64 "$out"/usr/sbin \
-  "$out"/etc "$out"/tmp "$out"/proc "$out"/dev "$out"/sys "$out"/sandbox "$out"/opt/rlax
+  "$out"/etc "$out"/tmp "$out"/proc "$out"/dev "$out"/sys
 chmod 1777 "$out"/tmp
 for dir in bin lib lib64 sbin; do ln -s "usr/$dir" "$out/$dir"; done
 for deb in "$work"/*.deb; do
@@ -35,4 +36,9 @@ rm -rf "$out"/usr/share/doc "$out"/usr/share/man "$out"/usr/share/info "$out"/us
 printf 'root:x:0:0:root:/root:/bin/false\nnobody:x:65534:65534:nobody:/:/bin/false\n' > "$out"/etc/passwd
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$out"/etc/group
 touch "$out"/etc/ld.so.conf
+if [ -d "$out"/usr/share/ca-certificates ]; then
+  mkdir -p "$out"/etc/ssl/certs
+  find "$out"/usr/share/ca-certificates -name '*.crt' -print0 | sort -z |
+    xargs -0 cat > "$out"/etc/ssl/certs/ca-certificates.crt
+fi
 ldconfig -r "$out"
