@@ -91,3 +91,61 @@ def test_a_run_under_chaos_finishes_with_nothing_lost_or_doubled(
     assert processes["v1"]["preemptions"] == 1
     worker_crashes = sum(p["crashes"] for name, p in processes.items() if name.startswith("w"))
     assert worker_crashes >= kinds.count("worker_kill")
+
+
+# The same faults against the docker launcher, once: each process a container of the
+# checkout's RLAX image. A shorter run (each container start copies the image with the
+# vfs storage driver), with 2 workers and 1 verifier; the faults come closer together.
+DOCKER_STEPS = 24
+DOCKER_PLAN = ChaosPlan(
+    worker_kill_every_s=30.0, preempt_at_step=3, worker_kill_at_step=5,
+    trainer_kill_at_step=8, transport_kill_at_step=13, quiet_from_step=18,
+)  # fmt: skip
+DOCKER_TIMEOUT_S = 590  # the containers' creation and removal are inside it
+
+
+@pytest.mark.docker
+def test_a_docker_launched_run_under_chaos_finishes_with_nothing_lost_or_doubled(
+    tmp_path: Path, compilation_cache: Path
+) -> None:
+    import docker
+
+    from rlax_launchers.docker.plan import LABEL_RUN_DIR
+    from rlax_launchers.testing.docker_image import checkout_image
+
+    launcher = {"type": "docker", "image": checkout_image(), "workers": 2,
+                "env": {"JAX_COMPILATION_CACHE_DIR": str(compilation_cache)}}  # fmt: skip
+    config = chaos_run_config(
+        REPO / "examples" / "quickstart.yaml", tmp_path, "grpc", total_steps=DOCKER_STEPS,
+        verifiers=1, launcher=launcher,
+    )  # fmt: skip
+    run_dir = tmp_path / "run"
+    client = docker.from_env()
+    # A container of another run, labelled as RLAX labels its own: the launch leaves it.
+    bystander = client.containers.create(
+        checkout_image(), ["rlax", "--help"],
+        labels={"rlax.run": "chaos-grpc", LABEL_RUN_DIR: str(tmp_path / "another-run")},
+    )  # fmt: skip
+    try:
+        result = run_chaos(config, run_dir, DOCKER_PLAN, timeout_s=DOCKER_TIMEOUT_S)
+        ours = client.containers.list(all=True, filters={"label": f"{LABEL_RUN_DIR}={run_dir}"})
+        assert ours == []  # every container the launch made is gone
+        bystander.reload()  # raises if it was removed
+    finally:
+        bystander.remove(force=True)
+    assert result.returncode == 0, launch_log(run_dir)
+    assert not result.errors, result.errors
+    report = result.report
+    print(report)
+
+    kinds = [f.kind for f in result.faults]
+    assert {"preempt", "worker_kill", "trainer_kill", "transport_kill"} <= set(kinds)
+    assert "rlax-chaos-grpc-" in result.status_output  # rlax status names the containers
+    assert report["steps"] == list(range(DOCKER_STEPS + 1))
+    assert report["groups"]["trained"] == DOCKER_STEPS * PROMPTS_PER_STEP
+    assert report["trained_ids"] == report["trained_ids_unique"] == DOCKER_STEPS * PROMPTS_PER_STEP
+    assert report["staleness_max"] <= MAX_STALENESS
+    processes = {p["name"]: p for p in report["processes"]}
+    assert processes["trainer"]["crashes"] >= 1 and processes["trainer"]["restarts"] >= 1
+    assert processes["transport"]["crashes"] >= 1
+    assert processes["w1"]["preemptions"] == 1

@@ -46,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     if table is not None:
         alive = "running" if pid_alive(table.launcher_pid) else "not running"
         console.print(f"launcher pid {table.launcher_pid} ({alive})")
+    containers = [f"{row.name} {row.container}" for row in rows if row.container]
+    if containers:  # the docker launcher's: what `docker logs` and `docker exec` take
+        console.print(f"containers: {', '.join(containers)}", highlight=False, markup=False)
     console.print(render(rows))
     return 0
 

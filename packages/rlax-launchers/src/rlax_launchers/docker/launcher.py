@@ -40,6 +40,7 @@ from rlax_launchers.local.launcher import LocalLauncher
 from rlax_launchers.local.supervised import SupervisedProcess
 from rlax_launchers.run_credentials import run_credentials_folder
 
+_ENGINE_TIMEOUT_S = 600
 _BUILD_HINT = (
     "build it from a checkout with `python -m rlax_launchers.docker.image` (offline, no "
     "registry), or `docker build --build-arg JAX_EXTRA= -t rlax:cpu .` where base images "
@@ -153,7 +154,14 @@ class DockerLauncher(LocalLauncher):
 
     def _release(self, processes: list[SupervisedProcess]) -> None:
         """Removes every container of the launch, then its network."""
-        _each(processes, lambda container: container.remove())
+        try:
+            _each(processes, lambda container: container.remove())
+        except Exception as exc:  # the run is over: say what is left, and how to remove it
+            names = " ".join(
+                p.container_name for p in processes if isinstance(p, SupervisedContainer)
+            )
+            print(f"warning: removing the run's containers failed ({exc}); remove what is "
+                  f"left with `docker rm -f {names}`", file=sys.stderr)  # fmt: skip
         if self._plan is not None and self._plan.own_network:
             _remove_networks(self._client, self._plan.network)
 
@@ -200,7 +208,9 @@ def _engine() -> Any:
     import docker.errors
 
     try:
-        client = docker.from_env()
+        # Creating or removing a container copies or deletes the whole image with the vfs
+        # storage driver: minutes, past docker-py's default of 60 s.
+        client = docker.from_env(timeout=_ENGINE_TIMEOUT_S)
         client.ping()
     except docker.errors.DockerException as exc:
         where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
