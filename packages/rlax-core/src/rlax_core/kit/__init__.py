@@ -29,6 +29,9 @@ plugin in this workspace imports any other part of core.
   process table, events, status rows, metrics) and child processes that die with
   their parent, and the storage layer that reaches a run directory in a bucket.
 
+- :mod:`rlax_core.kit.images`: container images built with no registry, from Debian
+  packages, under a tag that names their inputs (the sandbox image, the RLAX image).
+
 ``rlax_core.__version__`` may be read too.
 """
 
