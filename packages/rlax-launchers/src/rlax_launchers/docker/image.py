@@ -151,9 +151,11 @@ def ensure_rlax_image(
         base = _ensure_base(client, log)
         _install(client, base, checkout, uv, content, log)
         log(f"built {content} in {time.monotonic() - started:.0f} s")
-        remove_older(client, REPOSITORY, "cpu-", content)
     repository, version = tag.rsplit(":", 1)
     client.images.get(content).tag(repository, version)
+    # After the move of ``tag``: an earlier image holds only its content tag then, and
+    # goes whole, not left behind untagged.
+    remove_older(client, REPOSITORY, "cpu-", content)
     return content
 
 
