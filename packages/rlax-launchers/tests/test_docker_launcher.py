@@ -29,11 +29,14 @@ def empty_image() -> str:
 
     import docker
 
+    client = docker.from_env()
+    if client.images.list(name="rlax-test:empty"):
+        return "rlax-test:empty"
     archive = io.BytesIO()
     with tarfile.open(fileobj=archive, mode="w") as tar:
         info = tarfile.TarInfo("empty")
         tar.addfile(info, io.BytesIO(b""))
-    docker.from_env().api.import_image_from_data(
+    client.api.import_image_from_data(
         archive.getvalue(), repository="rlax-test", tag="empty"
     )
     return "rlax-test:empty"
