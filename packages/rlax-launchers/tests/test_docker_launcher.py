@@ -36,9 +36,7 @@ def empty_image() -> str:
     with tarfile.open(fileobj=archive, mode="w") as tar:
         info = tarfile.TarInfo("empty")
         tar.addfile(info, io.BytesIO(b""))
-    client.api.import_image_from_data(
-        archive.getvalue(), repository="rlax-test", tag="empty"
-    )
+    client.api.import_image_from_data(archive.getvalue(), repository="rlax-test", tag="empty")
     return "rlax-test:empty"
 
 
