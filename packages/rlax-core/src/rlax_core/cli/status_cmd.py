@@ -56,10 +56,8 @@ def run(args: argparse.Namespace) -> int:
 def render(rows: list[ProcessRow]) -> Table:
     """The rows as a rich table."""
     table = Table(box=None, header_style="bold")
-    containers = any(row.container for row in rows)
     for column in (
         "name",
-        *(["container"] if containers else []),
         "role",
         "pid",
         "alive",
@@ -80,7 +78,6 @@ def render(rows: list[ProcessRow]) -> Table:
         )
         table.add_row(
             row.name,
-            *([row.container or "-"] if containers else []),
             row.role,
             _text(row.pid),
             "yes" if row.alive else "no",
