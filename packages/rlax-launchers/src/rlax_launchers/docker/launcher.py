@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -94,7 +95,9 @@ class DockerLauncher(LocalLauncher):
         plan = self._plan or self.plan(run_config, run_dir)
         return [self._container(plan, spec, run_dir) for spec in plan.containers]
 
-    def _container(self, plan: DockerPlan, spec: ContainerSpec, run_dir: Path) -> Any:
+    def _container(
+        self, plan: DockerPlan, spec: ContainerSpec, run_dir: Path
+    ) -> SupervisedContainer:
         return SupervisedContainer(
             spec.name, spec.role, spec.command, run_dir, client=self._client,
             container_name=spec.container, options=plan.create_options(spec),
@@ -189,8 +192,6 @@ def _each(processes: list[SupervisedProcess], act: Callable[[SupervisedContainer
 
 
 def _command(name: str, argv: list[str]) -> RenderedArtifact:
-    import shlex
-
     return RenderedArtifact(kind="command", name=name, content=shlex.join(argv))
 
 

@@ -27,6 +27,11 @@ from rlax_core.config.run_config import RunConfigBase
 from rlax_core.kit.launcher import MOUNT_DIR, ProcessRole, is_remote, resolved_config
 from rlax_launchers.cluster_config import cluster_run_config, run_config_yaml
 from rlax_launchers.docker.config import DockerLauncherConfig
+from rlax_launchers.local.launcher import (
+    STATE_FIELDS,
+    TRANSPORT_STATE_DIR,
+    compilation_cache_env,
+)
 from rlax_launchers.role_commands import (
     trainer_command,
     transport_server_command,
@@ -40,11 +45,8 @@ from rlax_launchers.transport_placement import transport_placement
 
 CONFIG_FILE = "launch/run.yaml"
 SECRETS_DIR = "launch/secrets"
-TRANSPORT_STATE_DIR = "transport"
-COMPILATION_CACHE_DIR = "jax_cache"
 LABEL_RUN_DIR = "rlax.run-dir"
 LABEL_PROCESS = "rlax.process"
-_STATE_FIELDS = ("store_dir", "state_dir")  # nats: JetStream store; grpc: versions + journal
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,10 @@ class DockerPlan:
     labels: dict[str, str]
     containers: list[ContainerSpec] = field(default_factory=list)
 
+    def container_labels(self, spec: ContainerSpec) -> dict[str, str]:
+        """The run's labels, and which process of it ``spec`` is."""
+        return {**self.labels, LABEL_PROCESS: spec.name, "rlax.role": spec.role}
+
     def create_options(self, spec: ContainerSpec) -> dict[str, Any]:
         """``client.containers.create``'s arguments for ``spec`` but command, name, env."""
         from docker.types import Mount
@@ -111,7 +117,7 @@ class DockerPlan:
         options: dict[str, Any] = {
             "image": self.image,
             "user": self.user,
-            "labels": {**self.labels, LABEL_PROCESS: spec.name, "rlax.role": spec.role},
+            "labels": self.container_labels(spec),
             "mounts": [
                 Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts
             ],
@@ -129,12 +135,11 @@ class DockerPlan:
 
     def docker_run(self, spec: ContainerSpec) -> str:
         """The equivalent ``docker run`` command line."""
-        labels = {**self.labels, LABEL_PROCESS: spec.name, "rlax.role": spec.role}
         argv = ["docker", "run", "--detach", "--init", "--name", spec.container,
                 "--user", self.user, "--network", self.network]  # fmt: skip
         if self.network != "host":
             argv += ["--hostname", spec.container]
-        for key, value in labels.items():
+        for key, value in self.container_labels(spec).items():
             argv += ["--label", f"{key}={value}"]
         for mount in spec.mounts:
             argv += ["--mount", mount.flag()]
@@ -179,22 +184,19 @@ def docker_plan(
     cluster.settings["model"] = resolved["model"]
     cluster.settings["data"] = resolved["data"]
     state_dir, state_mounts = _state_folder(cluster.settings["transport"], run_dir)
-    environment = {"PYTHONUNBUFFERED": "1", "HOME": "/tmp"}
-    if config.compilation_cache:
-        environment["JAX_COMPILATION_CACHE_DIR"] = str(run_dir / COMPILATION_CACHE_DIR)
-        environment["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-    environment.update(config.env)
+    environment = {"PYTHONUNBUFFERED": "1", "HOME": "/tmp",
+                   **compilation_cache_env(config, run_dir), **config.env}  # fmt: skip
     credentials = None
     if secure:
         folder = config.credentials.folder
         credentials = Path(folder).expanduser().resolve() if folder else run_dir / GENERATED_SUBDIR
     shared = _shared_mounts(config, run_config, config_dir, run_dir, environment)
-    config_file = str(run_dir / CONFIG_FILE)
+    config_file = str(run_dir / CONFIG_FILE)  # as the role commands name it
     plan = DockerPlan(
         image=config.image,
         network=network,
         own_network=config.network is None,
-        config_file=Path(config_file),
+        config_file=run_dir / CONFIG_FILE,
         config_yaml=run_config_yaml(cluster.settings),
         secrets={run_dir / SECRETS_DIR / k: v for k, v in cluster.credential_files.items()},
         credentials=credentials,
@@ -239,7 +241,7 @@ def _state_folder(transport: dict[str, Any], run_dir: Path) -> tuple[str, list[B
     """Where the transport server keeps its state: the config's folder (mounted), else
     ``RUN_DIR/transport``, so a restarted server still holds the versions and the queues."""
     server = transport.get("server")
-    for name in _STATE_FIELDS:
+    for name in STATE_FIELDS:
         folder = server.get(name) if isinstance(server, dict) else None
         if folder:
             return folder, [BindMount(folder, folder, read_only=False)]

@@ -39,7 +39,7 @@ from rlax_launchers.role_commands import (
 # restarted server still holds the published versions and the queued items.
 TRANSPORT_STATE_DIR = "transport"
 COMPILATION_CACHE_DIR = "jax_cache"
-_STATE_FIELDS = ("store_dir", "state_dir")  # nats: JetStream store; grpc: versions + journal
+STATE_FIELDS = ("store_dir", "state_dir")  # nats: JetStream store; grpc: versions + journal
 
 
 class LaunchStoppedError(RlaxError):
@@ -169,12 +169,8 @@ class LocalLauncher(Launcher):
 
     def _environment(self, run_dir: Path) -> dict[str, str]:
         """The environment of every process: this one's, the config's ``env``, the cache."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.config.env}
-        if self.config.compilation_cache:
-            env.setdefault("JAX_COMPILATION_CACHE_DIR", str(run_dir / COMPILATION_CACHE_DIR))
-            # Small programs too: on a busy machine they are what a restart waits for.
-            env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-        return env
+        cache = compilation_cache_env(self.config, run_dir)
+        return {**cache, **os.environ, "PYTHONUNBUFFERED": "1", **self.config.env}
 
     def _release(self, processes: list[SupervisedProcess]) -> None:
         """Called once the supervised processes have stopped (nothing to undo here)."""
@@ -224,10 +220,22 @@ class LocalLauncher(Launcher):
     def _state_dir_args(transport: Any, run_dir: Path) -> list[str]:
         """``--set server.<folder>=RUN_DIR/transport`` where the config keeps no state."""
         server = getattr(transport, "server", None)
-        for field in _STATE_FIELDS:
+        for field in STATE_FIELDS:
             if server is not None and hasattr(server, field) and getattr(server, field) is None:
                 return ["--set", f"server.{field}={run_dir / TRANSPORT_STATE_DIR}"]
         return []
+
+
+def compilation_cache_env(config: LocalLauncherConfig, run_dir: Path) -> dict[str, str]:
+    """The variables that share ``RUN_DIR/jax_cache`` among the run's processes (none when
+    ``compilation_cache`` is off); the caller's own settings go over them."""
+    if not config.compilation_cache:
+        return {}
+    return {
+        "JAX_COMPILATION_CACHE_DIR": str(run_dir / COMPILATION_CACHE_DIR),
+        # Small programs too: on a busy machine they are what a restart waits for.
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
 
 
 def _is_rlax(pid: int | None) -> bool:
