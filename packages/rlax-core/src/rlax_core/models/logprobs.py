@@ -59,6 +59,7 @@ def token_logprobs_and_entropy(
     *,
     chunk: int,
     entropy_gradient: bool = False,
+    unrolled: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """Log-probability of each target and the policy's entropy, ``chunk`` positions at a time.
 
@@ -73,6 +74,9 @@ def token_logprobs_and_entropy(
         chunk: positions per piece of the LM head.
         entropy_gradient: let gradients flow through the entropy (an entropy bonus);
             otherwise it is a metric only.
+        unrolled: one copy of the piece per chunk instead of a loop over them, for a
+            program whose FLOPs are counted, not run: XLA's cost analysis counts a
+            loop's body once, whatever its trip count.
 
     Returns:
         Per position: the target's log-probability and the entropy, both fp32.
@@ -94,6 +98,10 @@ def token_logprobs_and_entropy(
             log_probs = jax.lax.stop_gradient(log_probs)
         return logp, -(jnp.exp(log_probs) * log_probs).sum(axis=-1)
 
-    logp, entropy = jax.lax.map(lambda xs: piece(weight, *xs), (flat, flat_targets))
+    if unrolled:
+        pieces = [piece(weight, h, t) for h, t in zip(flat, flat_targets, strict=True)]
+        logp, entropy = (jnp.stack(values) for values in zip(*pieces, strict=True))
+    else:
+        logp, entropy = jax.lax.map(lambda xs: piece(weight, *xs), (flat, flat_targets))
     size = targets.size
     return logp.reshape(-1)[:size].reshape(shape), entropy.reshape(-1)[:size].reshape(shape)

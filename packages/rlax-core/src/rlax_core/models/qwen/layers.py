@@ -15,9 +15,7 @@ from flax import nnx
 
 from rlax_core.models.qwen.config import QwenConfig
 from rlax_core.models.qwen.decode_attention import attend_one_query
-
-# Large negative instead of -inf keeps fully masked rows (padding queries) finite.
-_MASKED = -1e30
+from rlax_core.models.qwen.sequence_attention import attend_causal
 
 
 class Linear(nnx.Module):
@@ -125,7 +123,8 @@ class Attention(nnx.Module):
 
         Args:
             rope: cos/sin tables for the positions of ``x``.
-            mask: (batch, length, keys) bool, True where a query may see a key.
+            mask: (batch, length, keys) bool, True where a query may see a key; causal
+                (no query sees a slot after its own).
             cache: (k, v) of shape (batch, kv_heads, slots, head_dim), or None.
             cache_index: the slot where ``x``'s keys and values are written.
 
@@ -135,38 +134,33 @@ class Attention(nnx.Module):
         c = self.config
         t = x.shape[1]
         q, k, v = self.project(x, rope)
-        keys = "bskd"  # without a cache: the input's own keys and values, as projected
-        if cache is not None:
-            # A cache holds them heads-first, (batch, kv_heads, slots, head_dim): a decode
-            # step's products then run over the cache's own layout, with no per-step
-            # transpose of the whole cache to put the batch axes of a product first.
-            keys = "bksd"
+        # Heads first, (batch, kv_heads, slots, head_dim), as a cache holds them: a
+        # decode step's products then run over the cache's own layout, with no per-step
+        # transpose of the whole cache to put the batch axes of a product first.
+        first_slot: int | None = 0  # the slot of the first query, when static
+        if cache is None:
+            k, v = _heads_first(k, k.dtype), _heads_first(v, v.dtype)
+        else:
             k_cache, v_cache = cache
             start = (0, 0, cache_index, 0)
             k = jax.lax.dynamic_update_slice(k_cache, _heads_first(k, k_cache.dtype), start)
             v = jax.lax.dynamic_update_slice(v_cache, _heads_first(v, v_cache.dtype), start)
             cache = (k, v)
+            first_slot = None
             if isinstance(cache_index, int):
                 # A static start (a prefill): no query of this input may see a slot
                 # past its own (causal), so attend to the slots up to the input's end,
                 # not to a whole cache sized for the generation budget.
                 end = cache_index + t
                 k, v, mask = k[:, :, :end], v[:, :, :end], mask[..., :end]
+                first_slot = cache_index
         k, v = k.astype(q.dtype), v.astype(q.dtype)
+        scale = c.head_dim**-0.5
         if t == 1 and cache is not None:
             filled = cache_index + 1  # a decode step: the slots up to its own
-            out = attend_one_query(q[:, 0], k, v, mask[:, 0], c.head_dim**-0.5, filled)
-            out = out[:, None]
+            out = attend_one_query(q[:, 0], k, v, mask[:, 0], scale, filled)[:, None]
         else:
-            # The decode step's arithmetic (attend_one_query): fp32 scores of the
-            # ``dtype`` queries and keys, an fp32 softmax, fp32 probabilities times the
-            # values, one rounding at the end. The trainer's log-probabilities then
-            # match the sampler's in bf16 too, up to accumulation order.
-            f32 = jnp.float32
-            scores = jnp.einsum(f"btkgd,{keys}->bkgts", q, k, preferred_element_type=f32)
-            scores = jnp.where(mask[:, None, None, :, :], scores * c.head_dim**-0.5, _MASKED)
-            probs = jax.nn.softmax(scores, axis=-1)
-            out = jnp.einsum(f"bkgts,{keys}->btkgd", probs, v.astype(f32)).astype(q.dtype)
+            out = attend_causal(q, k, v, mask, scale, first_slot)
         return self.output(out), cache
 
     def project(

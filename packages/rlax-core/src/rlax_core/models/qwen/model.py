@@ -124,7 +124,8 @@ class Qwen(nnx.Module):
                 including the ones written by this call. Required with a cache.
             attention_mask: (batch, length, length) bool, True where a query may see a
                 key, instead of the causal mask over valid tokens (without a cache):
-                e.g. several completions packed behind one shared prompt.
+                e.g. several completions packed behind one shared prompt. It must be
+                causal too: no query sees a later slot (attention skips those).
             return_hidden_states: also return the hidden states after the embedding and
                 after each layer (the last one after the final norm), as HF does.
             logits_at: (batch, k) int positions: compute logits there only, shape

@@ -1,0 +1,70 @@
+"""Attention of many queries at once (training, scoring, a prefill), causal by blocks.
+
+Every mask the model is given is causal: no query sees a slot after its own. A query
+block then needs only the keys up to its last query's slot, so the queries are taken in
+blocks and each block attends to that prefix alone. Over a sequence of ``t`` tokens the
+scores, the softmax and their gradients cover about half of the ``t × t`` square: on the
+CPU, where the softmax's elementwise passes over the scores cost more than the products,
+a 0.5B layer's attention (forward and backward, 2 × 1,088 tokens) took 2-3× less time
+than over the whole square (measured: 0.26–0.36 s against 0.82 s).
+
+The arithmetic is the decode step's (``attend_one_query``): fp32 scores of the
+``dtype`` queries and keys, an fp32 softmax, fp32 probabilities times the values, one
+rounding at the end. Slots a block leaves out are masked slots, whose weight is exactly
+zero, so the result is the whole square's up to the order of the softmax's sums.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+QUERY_BLOCK = 128  # queries per block, for sequences of up to MAX_BLOCKS blocks
+MAX_BLOCKS = 16  # longer sequences get longer blocks: the program stays this size
+
+# Large negative instead of -inf keeps fully masked rows (padding queries) finite.
+MASKED = -1e30
+
+
+def attend_causal(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array,
+    scale: float,
+    first_slot: int | None,
+) -> jax.Array:
+    """Attention of ``t`` queries to ``s`` key slots under a causal mask.
+
+    Args:
+        q: (batch, t, kv_heads, groups, head_dim).
+        k, v: (batch, kv_heads, s, head_dim), heads-first.
+        mask: (batch, t, s) bool, True where a query may see a slot. It must be causal:
+            query ``i`` sees no slot after ``first_slot + i``.
+        scale: the score scale.
+        first_slot: the slot of the first query, when known at trace time; None
+            attends every query block to all ``s`` slots.
+
+    Returns:
+        (batch, t, kv_heads, groups, head_dim) in ``q``'s dtype.
+    """
+    b, t, heads, groups, dim = q.shape
+    slots = k.shape[2]
+    block = QUERY_BLOCK * -(-t // (QUERY_BLOCK * MAX_BLOCKS))
+    queries = jnp.transpose(q, (0, 2, 3, 1, 4))  # b k g t d: (groups, t) rows of a product
+    k, v = k.astype(q.dtype), v.astype(jnp.float32)
+    outs = []
+    for start in range(0, t, block):
+        stop = min(t, start + block)
+        seen = slots if first_slot is None else min(slots, first_slot + stop)
+        rows = queries[:, :, :, start:stop].reshape(b, heads, groups * (stop - start), dim)
+        scores = jnp.einsum(
+            "bkqd,bksd->bkqs", rows, k[:, :, :seen], preferred_element_type=jnp.float32
+        ).reshape(b, heads, groups, stop - start, seen)
+        visible = mask[:, None, None, start:stop, :seen]
+        probs = jax.nn.softmax(jnp.where(visible, scores * scale, MASKED), axis=-1)
+        probs = probs.reshape(b, heads, groups * (stop - start), seen)
+        out = jnp.einsum("bkqs,bksd->bkqd", probs, v[:, :, :seen])
+        outs.append(out.reshape(b, heads, groups, stop - start, dim))
+    out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=3)
+    return jnp.transpose(out, (0, 3, 1, 2, 4)).astype(q.dtype)
