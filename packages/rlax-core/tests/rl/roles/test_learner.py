@@ -51,7 +51,7 @@ class _EveryPositionLearner(Learner):
     """The reference: a row per sequence, logits at every position, as a plain
     teacher-forced pass has them."""
 
-    def _policy(self, params, arrays, *, entropy_gradient=False):
+    def _policy(self, params, arrays, *, entropy_gradient=False, unrolled=False):
         assert "segments" not in arrays, "train the reference with share_prompts=False"
         model = nnx.merge(self.graphdef, params)
         logits = model(arrays["tokens"], arrays["valid"]).logits[:, :-1]
@@ -222,6 +222,14 @@ def test_the_step_counts_its_flops_by_xla_cost_analysis(batch: TrainBatch) -> No
     trained = batch.num_loss_tokens
     assert whole.step_flops > 6 * params * trained
     assert micro.step_flops == pytest.approx(whole.step_flops, rel=0.5)
+
+
+def test_every_chunk_of_the_lm_head_is_counted(batch: TrainBatch) -> None:
+    """The head runs in a loop over chunks, whose body XLA's cost analysis counts once:
+    the count must not fall with the chunk size."""
+    whole, _ = _train(batch, share_prompts=False)
+    chunked, _ = _train(batch, share_prompts=False, logits_chunk_tokens=4)
+    assert chunked.step_flops == pytest.approx(whole.step_flops, rel=0.01)
 
 
 def test_the_update_writes_the_new_parameters_into_the_gradients(batch: TrainBatch) -> None:

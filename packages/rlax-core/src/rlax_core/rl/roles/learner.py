@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import jax
@@ -267,22 +268,30 @@ class Learner:
     def _micro_flops(self, arrays: dict, norms: dict, version: int) -> float:
         """FLOPs of one micro-step of these shapes, by XLA's cost analysis of its program.
 
-        Rematerialised layers count twice (they are computed twice). Found once per shape:
-        lowering traces the step again, but compiles nothing.
+        Rematerialised layers count twice (they are computed twice). The program counted
+        is the step with its LM-head chunks unrolled: XLA counts a loop's body once.
+        Found once per shape: lowering traces the step again, but compiles nothing.
         """
         key = tuple((k, v.shape, v.dtype.name) for k, v in sorted(arrays.items()))
         if key not in self._flops_by_shape:
-            lowered = self._micro.lower(self.params, arrays, norms, jnp.int32(version))
+            counted = jax.jit(partial(self._micro_step, unrolled=True))
+            lowered = counted.lower(self.params, arrays, norms, jnp.int32(version))
             cost = lowered.cost_analysis() or {}
             self._flops_by_shape[key] = float(cost.get("flops", float("nan")))
         return self._flops_by_shape[key]
 
     def _policy(
-        self, params: nnx.State, arrays: dict, *, entropy_gradient: bool = False
+        self,
+        params: nnx.State,
+        arrays: dict,
+        *,
+        entropy_gradient: bool = False,
+        unrolled: bool = False,
     ) -> tuple[jax.Array, jax.Array]:
         """At the loss windows: the targets' log-probabilities and the entropy, (N, W) each.
 
-        The LM head runs ``trainer.logits_chunk_tokens`` positions at a time.
+        The LM head runs ``trainer.logits_chunk_tokens`` positions at a time (a loop over
+        them, unless ``unrolled``: see :func:`token_logprobs_and_entropy`).
         """
         segments = arrays.get("segments")
         model = nnx.merge(self.graphdef, params)
@@ -301,6 +310,7 @@ class Learner:
             self.temperature,
             chunk=self.trainer.logits_chunk_tokens,
             entropy_gradient=entropy_gradient,
+            unrolled=unrolled,
         )
         width = arrays["loss_mask"].shape[1]  # rows of several sequences: one row each
         return logp.reshape(-1, width), entropy.reshape(-1, width)
@@ -322,13 +332,21 @@ class Learner:
         return out
 
     def _micro_step(
-        self, params: nnx.State, arrays: dict, norms: dict, version: jax.Array
+        self,
+        params: nnx.State,
+        arrays: dict,
+        norms: dict,
+        version: jax.Array,
+        *,
+        unrolled: bool = False,
     ) -> tuple[nnx.State, dict]:
         cfg = self.loss_config
 
         def loss_fn(params: nnx.State) -> tuple[jax.Array, dict]:
             # Without an entropy bonus the entropy is a metric: no gradient through it.
-            logp, entropy = self._policy(params, arrays, entropy_gradient=cfg.entropy_coef != 0)
+            logp, entropy = self._policy(
+                params, arrays, entropy_gradient=cfg.entropy_coef != 0, unrolled=unrolled
+            )
             prox = arrays.get("prox", jax.lax.stop_gradient(logp))
             loss, metrics = policy_objective(
                 logp,
