@@ -9,7 +9,10 @@ test model. Each run
 is a process of its own, its resident memory sampled from outside every 0.25 s (a PNG
 per run beside the results), and its metrics read from its ``metrics.jsonl``.
 ``RLAX_BENCH_SCALE_RUNS`` picks some of the full runs (``float32:1024,bfloat16:256``):
-on a small machine each 1,024-token step takes minutes.
+on a small machine each 1,024-token step takes minutes. ``trainer:float32:1024`` picks
+the trainer alone on a batch of that run's shape (see ``benchmarks._scale_trainer``),
+which full mode runs in fp32 at both lengths: its FLOP/s without hours of generation,
+and one layer's attention by causal blocks beside the whole square.
 
 
 * peak RSS ÷ parameter bytes, beside parameters + gradients + AdamW moments (4×);
@@ -46,7 +49,7 @@ import numpy as np
 import psutil
 import yaml
 
-from benchmarks import generate
+from benchmarks import _scale_trainer, generate
 from rlax_core.bench import Bench
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.models import init_model
@@ -82,7 +85,8 @@ def _sizes(config: dict[str, Any]) -> QwenConfig:
     """The model a run config describes."""
     model = config["model"]
     sizes = QwenConfig.preset(model["preset"]).replace(**model.get("overrides", {}))
-    return sizes.replace(param_dtype=model["dtype"], dtype=model["dtype"])
+    return sizes.replace(param_dtype=model["dtype"], dtype=model["dtype"],
+                         remat=model.get("remat", False))  # fmt: skip
 
 
 def _parameter_bytes(config: dict[str, Any]) -> int:
@@ -237,9 +241,21 @@ def run(bench: Bench) -> None:
     steps = 4 if quick else 5
     chosen = os.environ.get("RLAX_BENCH_SCALE_RUNS")
     runs = [(d, t) for t in token_counts for d in ("float32", "bfloat16")]
+    trainer_runs = [("float32", t) for t in token_counts]
     if chosen and not quick:
-        runs = [(d, int(t)) for d, t in (run.split(":") for run in chosen.split(","))]
+        picked = [run.split(":") for run in chosen.split(",")]
+        runs = [(d, int(t)) for d, t in (p for p in picked if p[0] != "trainer")]
+        trainer_runs = [(d, int(t)) for _, d, t in (p for p in picked if p[0] == "trainer")]
     RESULTS.mkdir(exist_ok=True)
+    for dtype, tokens in trainer_runs:
+        config = _config(dtype=dtype, tokens=tokens, steps=1, quick=quick)
+        micro_batch_tokens = config["trainer"]["micro_batch_tokens"]
+        sizes = _sizes(config)
+        _scale_trainer.record_trainer(bench, sizes, tokens, micro_batch_tokens, _matmul_rate)
+        rows = micro_batch_tokens // (tokens + 64)
+        _scale_trainer.record_attention(bench, sizes, tokens, rows)
+    if not runs:
+        return
     gaps: dict[tuple[str, int], float] = {}
     for dtype, tokens in runs:
         label = f"{dtype} {tokens} tokens"
