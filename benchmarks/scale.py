@@ -54,6 +54,7 @@ from rlax_core.bench import Bench
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.models import init_model
 from rlax_core.models.qwen.config import QwenConfig
+from rlax_core.models.qwen.sequence_attention import scored_slots
 from rlax_core.rl.roles.rollout_groups import logprob_gaps
 from rlax_core.run_dir.metrics import read_metrics
 from rlax_core.testing.run_configs import small_run_config
@@ -103,7 +104,8 @@ def _budget(config: dict[str, Any]) -> dict[str, int]:
     themselves (one process, no copy), and the update writes the new parameters into
     the gradients' buffers, so the old version the store still holds costs nothing more.
     Activations are remat's: every layer's input for the micro-batch, and one layer's
-    attention scores (fp32) and MLP intermediates in its backward pass.
+    attention scores (fp32, the causal blocks' share of the square) and MLP
+    intermediates in its backward pass.
     """
     sizes = _sizes(config)
     weight = 2 if sizes.param_dtype == "bfloat16" else 4
@@ -114,7 +116,7 @@ def _budget(config: dict[str, Any]) -> dict[str, int]:
     chunk = 512  # trainer.logits_chunk_tokens
     kv = sizes.num_layers * 2 * rows * length * sizes.num_kv_heads * sizes.head_dim * act
     layer_inputs = sizes.num_layers * micro_rows * length * sizes.hidden_size * act
-    one_layer = micro_rows * (sizes.num_heads * length**2 * 4
+    one_layer = micro_rows * (sizes.num_heads * scored_slots(length) * 4
                               + 3 * length * sizes.intermediate_size * act)  # fmt: skip
     return {
         "parameters": sizes.num_params() * weight,

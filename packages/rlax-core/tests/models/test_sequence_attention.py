@@ -115,3 +115,10 @@ def test_bf16_inputs_come_out_in_bf16() -> None:
     np.testing.assert_allclose(
         np.asarray(out, np.float32), _reference(*cast, mask).astype(np.float32), atol=2e-2
     )
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_scored_slots_count_the_blocks_prefixes() -> None:
+    # Three blocks of 4 queries see 4, 8 and 12 slots: 96 scores of the square's 144.
+    assert sequence_attention.scored_slots(12) == 4 * 4 + 4 * 8 + 4 * 12
+    assert sequence_attention.scored_slots(3) == 9  # one block: the whole square

@@ -26,6 +26,18 @@ MAX_BLOCKS = 16  # longer sequences get longer blocks: the program stays this si
 MASKED = -1e30
 
 
+def query_block(t: int) -> int:
+    """Queries per block for ``t`` queries: QUERY_BLOCK, longer past MAX_BLOCKS blocks."""
+    return QUERY_BLOCK * -(-t // (QUERY_BLOCK * MAX_BLOCKS))
+
+
+def scored_slots(t: int) -> int:
+    """How many (query, slot) scores the blocks of ``t`` queries with no cache compute."""
+    block = query_block(t)
+    starts = range(0, t, block)
+    return sum((min(t, start + block) - start) * min(t, start + block) for start in starts)
+
+
 def attend_causal(
     q: jax.Array,
     k: jax.Array,
@@ -50,7 +62,7 @@ def attend_causal(
     """
     b, t, heads, groups, dim = q.shape
     slots = k.shape[2]
-    block = QUERY_BLOCK * -(-t // (QUERY_BLOCK * MAX_BLOCKS))
+    block = query_block(t)
     queries = jnp.transpose(q, (0, 2, 3, 1, 4))  # b k g t d: (groups, t) rows of a product
     k, v = k.astype(q.dtype), v.astype(jnp.float32)
     outs = []
