@@ -9,9 +9,10 @@ a 0.5B layer's attention (forward and backward, 2 × 1,088 tokens) took 2-3× le
 than over the whole square (measured: 0.26–0.36 s against 0.82 s).
 
 The arithmetic is the decode step's (``attend_one_query``): fp32 scores of the
-``dtype`` queries and keys, an fp32 softmax, fp32 probabilities times the values, one
-rounding at the end. Slots a block leaves out are masked slots, whose weight is exactly
-zero, so the result is the whole square's up to the order of the softmax's sums.
+``dtype`` queries and keys, fp32 exponentials of the shifted scores times the values,
+divided by their sum, one rounding at the end. Slots a block leaves out are masked
+slots, whose weight is exactly zero, so the result is the whole square's up to the
+order of the sums.
 """
 
 from __future__ import annotations
@@ -74,9 +75,14 @@ def attend_causal(
             "bkqd,bksd->bkqs", rows, k[:, :, :seen], preferred_element_type=jnp.float32
         ).reshape(b, heads, groups, stop - start, seen)
         visible = mask[:, None, None, start:stop, :seen]
-        probs = jax.nn.softmax(jnp.where(visible, scores * scale, MASKED), axis=-1)
-        probs = probs.reshape(b, heads, groups * (stop - start), seen)
-        out = jnp.einsum("bkqs,bksd->bkqd", probs, v[:, :, :seen])
-        outs.append(out.reshape(b, heads, groups, stop - start, dim))
+        scores = jnp.where(visible, scores * scale, MASKED)
+        # The softmax's shift is a constant to it: no gradient flows through it.
+        weights = jnp.exp(scores - jax.lax.stop_gradient(scores.max(axis=-1, keepdims=True)))
+        total = weights.sum(axis=-1)
+        weights = weights.reshape(b, heads, groups * (stop - start), seen)
+        out = jnp.einsum("bkqs,bksd->bkqd", weights, v[:, :, :seen])
+        # Normalised after the product, as the decode step does: one pass over the
+        # outputs instead of one over the scores (12-18% of this function's time).
+        outs.append(out.reshape(b, heads, groups, stop - start, dim) / total[..., None])
     out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=3)
     return jnp.transpose(out, (0, 3, 1, 2, 4)).astype(q.dtype)
