@@ -139,7 +139,7 @@ def test_the_scale_suite_runs_quickly(tmp_path: Path) -> None:
     """`rlax bench scale --quick`: fp32 and bf16 runs of the test model, memory from outside."""
     report = _quick_report("scale", tmp_path)
     names = [r["name"] for r in report["results"]]
-    assert names[-1] == "bf16 logprob gap, 16 tokens" and len(names) == 15
+    assert names[-1] == "bf16 logprob gap, 16 tokens" and len(names) == 17
     for dtype in ("float32", "bfloat16"):  # the decode's weight reads, beside their ceiling
         assert f"tiny {dtype} batch 8 decode weight reads vs the same products alone" in names
     for label in ("float32 16 tokens", "bfloat16 16 tokens"):
