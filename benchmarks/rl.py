@@ -82,7 +82,9 @@ QUICK = {
     "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4, "groups_per_batch": 4},
 }  # fmt: skip
 # The in-flight pair: the rollout engine at k = 1, long completions (quick: shorter).
-IN_FLIGHT = {"max_new_tokens": 512, "engine": {"kind": "paged", "slots": 64,
+# 16 slots: at 64 the worker sampled a step's batch faster than the trainer trained it
+# here, sat idle when each version was published, and no swap landed mid-completion.
+IN_FLIGHT = {"max_new_tokens": 512, "engine": {"kind": "paged", "slots": 16,
                                                "max_prompt_tokens": 16}}  # fmt: skip
 QUICK_IN_FLIGHT = {"max_new_tokens": 24, "engine": {"kind": "paged", "slots": 8,
                                                     "max_prompt_tokens": 16}}  # fmt: skip
