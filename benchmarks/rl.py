@@ -54,9 +54,8 @@ from typing import Any
 import yaml
 
 from benchmarks import run_module
-from rlax_core.bench import Bench
+from rlax_core.bench import Bench, chosen_parts
 from rlax_core.config.loading import validate_run_config
-from rlax_core.errors import ConfigError
 from rlax_core.models import save_pretrained
 from rlax_core.rl.roles import components, start
 from rlax_core.run_dir.metrics import read_metrics
@@ -230,24 +229,10 @@ def _tunix_python() -> Path:
     return Path(result.stdout.strip().splitlines()[-1])
 
 
-def _parts() -> set[str]:
-    """The parts ``RLAX_BENCH_RL_PARTS`` names (default: all)."""
-    chosen = os.environ.get("RLAX_BENCH_RL_PARTS")
-    if not chosen:
-        return set(PARTS)
-    parts = {part.strip() for part in chosen.split(",") if part.strip()}
-    if unknown := parts - set(PARTS):
-        raise ConfigError(
-            f"RLAX_BENCH_RL_PARTS names {', '.join(sorted(unknown))}; the parts are "
-            f"{', '.join(PARTS)}"
-        )
-    return parts
-
-
 def run(bench: Bench) -> None:
     """Runs the rl suite."""
     quick = bench.quick
-    parts = _parts()
+    parts = chosen_parts("RLAX_BENCH_RL_PARTS", PARTS)
     ks = ((0, 1) if quick else (0, 1, 2)) if "staleness" in parts else ()
     rounds = 1 if quick else int(os.environ.get("RLAX_BENCH_RL_ROUNDS", ROUNDS))
     discarded = QUICK["discarded"] if quick else DISCARDED_STEPS

@@ -30,6 +30,9 @@ Per workload and number of slots (16 and 64):
 
 ``RLAX_BENCH_ROLLOUT_PROMPTS`` runs fewer prompts than 256 (the static baselines at 16
 slots take the longest: each batch runs to its longest completion).
+``RLAX_BENCH_ROLLOUT_BASELINES`` runs some of the baselines (``static``, ``vllm``,
+``transformers``; e.g. ``static,vllm``), each with the engine run again beside it: the
+whole table at 256 prompts takes hours here, and a ratio needs both sides of one run.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import numpy as np
 
 from benchmarks import _hf_reference, side_engine, side_python
 from benchmarks.generate import CONFIGS
-from rlax_core.bench import Bench
+from rlax_core.bench import Bench, chosen_parts
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.generate.buckets import bucket_length
 from rlax_core.generate.paged import Engine, SchedulerStats
@@ -55,6 +58,7 @@ PROMPT_TOKENS = 32
 # vLLM is installed only in its side venv, so this interpreter cannot import the module:
 # it is named, and run there.
 VLLM_MODULE = "benchmarks._vllm_generate"
+BASELINES = ("static", "vllm", "transformers")
 
 
 def lognormal_budgets(count: int, *, median: int, cap: int, seed: int = 0) -> list[int]:
@@ -126,8 +130,11 @@ def run(bench: Bench) -> None:
     count = prompt_count(quick)
     median, cap = (8, 24) if quick else (64, 1024)
     slot_counts = (4,) if quick else (16, 64)
-    torch_python = None if quick else side_python("torch-venv.sh")
-    vllm_python = None if quick else side_python("vllm-venv.sh")
+    baselines = chosen_parts("RLAX_BENCH_ROLLOUT_BASELINES", BASELINES)
+    if quick:  # no side venvs
+        baselines &= {"static"}
+    torch_python = side_python("torch-venv.sh") if "transformers" in baselines else None
+    vllm_python = side_python("vllm-venv.sh") if "vllm" in baselines else None
     rng = np.random.default_rng(1)
     prompts = rng.integers(0, config.vocab_size, (count, PROMPT_TOKENS)).tolist()
     workloads = {
@@ -151,7 +158,6 @@ def run(bench: Bench) -> None:
                 bench.notes[f"{workload}, vLLM"] = {k: v for k, v in vllm.items() if k != "seconds"}
             for slots in slot_counts:
                 ours, our_kv, stats, by_rows = _engine(model, prompts, budgets, slots)
-                theirs, their_kv = _static(model, prompts, budgets, slots)
                 label = f"{workload}, {slots} slots"
                 occupancy = stats.busy_slot_steps / (stats.steps * slots)
                 bench.notes[label] = {"engine_steps": stats.steps,
@@ -160,20 +166,22 @@ def run(bench: Bench) -> None:
                                       "slot_occupancy": occupancy,
                                       "launches_by_decode_rows": by_rows}  # fmt: skip
                 # (the row's name after "useful tokens/s", the baseline, its seconds)
-                baselines = [("", f"static sampler, batches of {slots}", theirs)]
+                rows = []
+                if "static" in baselines:
+                    theirs, their_kv = _static(model, prompts, budgets, slots)
+                    rows.append(("", f"static sampler, batches of {slots}", theirs))
                 if vllm is not None:
-                    baselines.append((" vs vLLM", "vLLM CPU, continuous batching",
-                                      vllm["seconds"]))  # fmt: skip
+                    rows.append((" vs vLLM", "vLLM CPU, continuous batching", vllm["seconds"]))
                 if torch_python is not None:
                     hf = side_engine(torch_python, _hf_reference, ["rollout"], checkpoint,
                                      {**job, "batch": slots})  # fmt: skip
-                    baselines.append((" vs transformers",
-                                      f"transformers generate, batches of {slots}",
-                                      hf["seconds"]))  # fmt: skip
-                for suffix, baseline, seconds in baselines:
+                    rows.append((" vs transformers", f"transformers generate, batches of {slots}",
+                                 hf["seconds"]))  # fmt: skip
+                for suffix, baseline, seconds in rows:
                     bench.record(f"{label}: useful tokens/s{suffix}", subject=useful / ours,
                                  baseline=useful / seconds, unit="tokens/s",
                                  higher_is_better=True, baseline_label=baseline)  # fmt: skip
-                bench.record(f"{label}: peak KV cache bytes", subject=our_kv, baseline=their_kv,
-                             unit="bytes", higher_is_better=False,
-                             baseline_label=f"static sampler, batches of {slots}")  # fmt: skip
+                if "static" in baselines:
+                    bench.record(f"{label}: peak KV cache bytes", subject=our_kv,
+                                 baseline=their_kv, unit="bytes", higher_is_better=False,
+                                 baseline_label=f"static sampler, batches of {slots}")  # fmt: skip

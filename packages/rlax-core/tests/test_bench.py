@@ -172,6 +172,18 @@ def test_the_rollout_suite_runs_quickly(tmp_path: Path) -> None:
     assert report["notes"]["long-tailed useful tokens"] > report["notes"]["prompts"]
 
 
+def test_the_rollout_suite_names_an_unknown_baseline(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """``RLAX_BENCH_ROLLOUT_BASELINES`` with a baseline that does not exist: a clean error
+    that lists the ones there are, before anything runs."""
+    monkeypatch.setenv("RLAX_BENCH_ROLLOUT_BASELINES", "static,sglang")
+    suites = Path(__file__).resolve().parents[3] / "benchmarks"
+    assert main(["bench", "rollout", "--quick", "--dir", str(suites)]) == 2
+    err = capsys.readouterr().err
+    assert "sglang" in err and "static, vllm, transformers" in err
+
+
 def test_the_serve_suite_runs_quickly(tmp_path: Path) -> None:
     """`rlax bench serve --quick`: the endpoint, whole and streamed, beside the engine."""
     report = _quick_report("serve", tmp_path)

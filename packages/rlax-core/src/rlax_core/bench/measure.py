@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from rlax_core.errors import ConfigError
 
 
 @dataclass
@@ -120,6 +123,20 @@ class Bench:
         )  # fmt: skip
         self.results.append(comparison)
         return comparison
+
+
+def chosen_parts(variable: str, parts: Sequence[str]) -> set[str]:
+    """The parts of a suite that the environment variable ``variable`` names, comma
+    separated (unset or empty: all of ``parts``), for a run of some of a long suite."""
+    chosen = os.environ.get(variable)
+    if not chosen:
+        return set(parts)
+    named = {part.strip() for part in chosen.split(",") if part.strip()}
+    if unknown := named - set(parts):
+        raise ConfigError(
+            f"{variable} names {', '.join(sorted(unknown))}; the parts are {', '.join(parts)}"
+        )
+    return named
 
 
 def _timed(fn: Callable[[], Any]) -> float:
