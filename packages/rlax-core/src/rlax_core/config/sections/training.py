@@ -91,9 +91,10 @@ class TrainerSection(Section):
     logits_chunk_tokens: int = Field(
         default=512,
         ge=1,
-        description="Positions whose logits are computed at once in training (each chunk "
-        "rematerialised in the backward pass): a micro-batch's logits over the vocabulary "
-        "never exist whole (at a 152K vocabulary, 512 positions are 311 MB in fp32).",
+        description="The LM head's memory bound in training, in positions' worth of logits: "
+        "a micro-batch's logits are computed a slice of the vocabulary at a time, about "
+        "vocab × this / positions entries each (recomputed in the backward pass), so they "
+        "never exist whole (at a 152K vocabulary, 512 positions' worth is 311 MB in fp32).",
     )
     share_prompts: bool = Field(
         default=True,

@@ -290,8 +290,9 @@ class Learner:
     ) -> tuple[jax.Array, jax.Array]:
         """At the loss windows: the targets' log-probabilities and the entropy, (N, W) each.
 
-        The LM head runs ``trainer.logits_chunk_tokens`` positions at a time (a loop over
-        them, unless ``unrolled``: see :func:`token_logprobs_and_entropy`).
+        The LM head runs a slice of the vocabulary at a time, ``trainer.logits_chunk_tokens``
+        positions' worth of logits (a loop over the slices, unless ``unrolled``: see
+        :func:`token_logprobs_and_entropy`).
         """
         segments = arrays.get("segments")
         model = nnx.merge(self.graphdef, params)
