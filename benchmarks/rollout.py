@@ -170,6 +170,9 @@ def run(bench: Bench) -> None:
                 if "static" in baselines:
                     theirs, their_kv = _static(model, prompts, budgets, slots)
                     rows.append(("", f"static sampler, batches of {slots}", theirs))
+                    bench.record(f"{label}: peak KV cache bytes", subject=our_kv,
+                                 baseline=their_kv, unit="bytes", higher_is_better=False,
+                                 baseline_label=f"static sampler, batches of {slots}")  # fmt: skip
                 if vllm is not None:
                     rows.append((" vs vLLM", "vLLM CPU, continuous batching", vllm["seconds"]))
                 if torch_python is not None:
@@ -181,7 +184,3 @@ def run(bench: Bench) -> None:
                     bench.record(f"{label}: useful tokens/s{suffix}", subject=useful / ours,
                                  baseline=useful / seconds, unit="tokens/s",
                                  higher_is_better=True, baseline_label=baseline)  # fmt: skip
-                if "static" in baselines:
-                    bench.record(f"{label}: peak KV cache bytes", subject=our_kv,
-                                 baseline=their_kv, unit="bytes", higher_is_better=False,
-                                 baseline_label=f"static sampler, batches of {slots}")  # fmt: skip

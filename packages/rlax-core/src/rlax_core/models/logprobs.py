@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlax_core.models.qwen import Qwen
+from rlax_core.models.qwen.model import head_logits
 
 
 def policy_log_softmax(logits: jax.Array, temperature: jax.Array | float) -> jax.Array:
@@ -138,9 +139,7 @@ class _Pieces:
 
     def logits(self, rows: jax.Array, h: jax.Array, scale: jax.Array) -> jax.Array:
         """A slice's scaled fp32 logits (positions, width)."""
-        logits = jnp.einsum("ph,vh->pv", h.astype(self.dtype), rows.astype(self.dtype),
-                            preferred_element_type=jnp.float32)  # fmt: skip
-        return logits / scale
+        return head_logits(h, rows, self.dtype) / scale
 
     def loop(self, unrolled: bool, body, carry):
         if unrolled:

@@ -199,12 +199,7 @@ class Qwen(nnx.Module):
             weight: :meth:`head_weight`, when the caller already holds it.
         """
         weight = self.head_weight() if weight is None else weight
-        dtype = jnp.dtype(self.config.dtype)
-        # fp32 sums of the products, kept in fp32: rounding logits to bf16 would move
-        # every log-probability by up to half a bf16 step of the logit (1/32 at 8).
-        return jnp.einsum(
-            "bth,vh->btv", x.astype(dtype), weight.astype(dtype), preferred_element_type=jnp.float32
-        )
+        return head_logits(x, weight, jnp.dtype(self.config.dtype))
 
     def init_cache(self, batch: int, slots: int) -> KVCache:
         """An empty KV cache for ``batch`` sequences of up to ``slots`` tokens."""
@@ -212,6 +207,17 @@ class Qwen(nnx.Module):
         shape = (batch, c.num_kv_heads, slots, c.head_dim)
         dtype = jnp.dtype(c.dtype)
         return [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(c.num_layers)]
+
+
+def head_logits(x: jax.Array, weight: jax.Array, dtype: jnp.dtype) -> jax.Array:
+    """The LM head's fp32 logits (..., vocab) of hidden states (..., hidden) and a
+    (vocab, hidden) weight, products in ``dtype``: the sampler's and the trainer's one
+    arithmetic."""
+    # fp32 sums of the products, kept in fp32: rounding logits to bf16 would move every
+    # log-probability by up to half a bf16 step of the logit (1/32 at 8).
+    return jnp.einsum(
+        "...h,vh->...v", x.astype(dtype), weight.astype(dtype), preferred_element_type=jnp.float32
+    )
 
 
 def _rematerialised(
