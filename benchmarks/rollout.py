@@ -30,6 +30,8 @@ Per workload and number of slots (16 and 64):
 
 ``RLAX_BENCH_ROLLOUT_PROMPTS`` runs fewer prompts than 256 (the static baselines at 16
 slots take the longest: each batch runs to its longest completion).
+``RLAX_BENCH_ROLLOUT_SLOTS`` runs other numbers of slots (multiples of 4, e.g. ``256``,
+vLLM's own number of sequences in flight, against which the engine runs at 16 and 64).
 ``RLAX_BENCH_ROLLOUT_BASELINES`` runs some of the baselines (``static``, ``vllm``,
 ``transformers``; e.g. ``static,vllm``), each with the engine run again beside it: the
 whole table at 256 prompts takes hours here, and a ratio needs both sides of one run.
@@ -37,7 +39,6 @@ whole table at 256 prompts takes hours here, and a ratio needs both sides of one
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -47,7 +48,7 @@ import numpy as np
 
 from benchmarks import _hf_reference, side_engine, side_python
 from benchmarks.generate import CONFIGS
-from rlax_core.bench import Bench, chosen_parts
+from rlax_core.bench import Bench, chosen_counts, chosen_parts
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.generate.buckets import bucket_length
 from rlax_core.generate.paged import Engine, SchedulerStats
@@ -120,7 +121,7 @@ def _engine(
 
 def prompt_count(quick: bool) -> int:
     """Prompts of the workload: 256 (``RLAX_BENCH_ROLLOUT_PROMPTS`` for fewer), 4 quick."""
-    return 4 if quick else int(os.environ.get("RLAX_BENCH_ROLLOUT_PROMPTS", "256"))
+    return 4 if quick else chosen_counts("RLAX_BENCH_ROLLOUT_PROMPTS", (256,))[0]
 
 
 def run(bench: Bench) -> None:
@@ -129,7 +130,8 @@ def run(bench: Bench) -> None:
     config = CONFIGS["tiny"] if quick else CONFIGS["50M"]
     count = prompt_count(quick)
     median, cap = (8, 24) if quick else (64, 1024)
-    slot_counts = (4,) if quick else (16, 64)
+    slot_counts = chosen_counts("RLAX_BENCH_ROLLOUT_SLOTS", (4,) if quick else (16, 64),
+                                multiple_of=SAMPLES)  # fmt: skip
     baselines = chosen_parts("RLAX_BENCH_ROLLOUT_BASELINES", BASELINES)
     if quick:  # no side venvs
         baselines &= {"static"}

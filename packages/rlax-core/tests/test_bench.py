@@ -184,6 +184,22 @@ def test_the_rollout_suite_names_an_unknown_baseline(
     assert "sglang" in err and "static, vllm, transformers" in err
 
 
+def test_the_rollout_suite_names_a_bad_count(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Slot counts that are not whole groups of samples, and prompt counts that are not
+    numbers: a clean error naming the variable and what it takes, before anything runs."""
+    suites = Path(__file__).resolve().parents[3] / "benchmarks"
+    cases = [("RLAX_BENCH_ROLLOUT_SLOTS", "16,6", "multiples of 4"),
+             ("RLAX_BENCH_ROLLOUT_PROMPTS", "many", "positive numbers")]  # fmt: skip
+    for variable, value, wanted in cases:
+        monkeypatch.setenv(variable, value)
+        assert main(["bench", "rollout", "--dir", str(suites)]) == 2
+        err = capsys.readouterr().err
+        assert f"{variable}='{value}'" in err and wanted in err
+        monkeypatch.delenv(variable)
+
+
 def test_the_serve_suite_runs_quickly(tmp_path: Path) -> None:
     """`rlax bench serve --quick`: the endpoint, whole and streamed, beside the engine."""
     report = _quick_report("serve", tmp_path)

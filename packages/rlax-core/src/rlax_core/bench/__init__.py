@@ -7,7 +7,15 @@ and the report gives their ratio: shared machines are noisy, so only same-run ra
 compare.
 """
 
-from rlax_core.bench.measure import Bench, Comparison, chosen_parts
+from rlax_core.bench.measure import Bench, Comparison, chosen_counts, chosen_parts
 from rlax_core.bench.runner import find_benchmarks_dir, list_suites, run_suite
 
-__all__ = ["Bench", "Comparison", "chosen_parts", "find_benchmarks_dir", "list_suites", "run_suite"]
+__all__ = [
+    "Bench",
+    "Comparison",
+    "chosen_counts",
+    "chosen_parts",
+    "find_benchmarks_dir",
+    "list_suites",
+    "run_suite",
+]

@@ -139,6 +139,23 @@ def chosen_parts(variable: str, parts: Sequence[str]) -> set[str]:
     return named
 
 
+def chosen_counts(
+    variable: str, default: Sequence[int], *, multiple_of: int = 1
+) -> tuple[int, ...]:
+    """The sizes that the environment variable ``variable`` names, comma separated
+    (unset or empty: ``default``), each a positive multiple of ``multiple_of``."""
+    chosen = os.environ.get(variable)
+    if not chosen:
+        return tuple(default)
+    words = [word.strip() for word in chosen.split(",") if word.strip()]
+    counts = tuple(int(word) for word in words if word.isdigit())
+    if not words or len(counts) != len(words) or any(c == 0 or c % multiple_of for c in counts):
+        kind = f"positive multiples of {multiple_of}" if multiple_of > 1 else "positive numbers"
+        raise ConfigError(f"{variable}={chosen!r}: give {kind}, comma separated (e.g. "
+                          f"{','.join(map(str, default))})")  # fmt: skip
+    return counts
+
+
 def _timed(fn: Callable[[], Any]) -> float:
     start = time.perf_counter()
     fn()
