@@ -196,7 +196,7 @@ def test_new_weights_mid_flight_keep_the_sequences_and_mark_their_tokens(model) 
 
 def test_recompute_on_swap_gives_the_new_weights_keys(model) -> None:
     """After a swap and a recompute, the tokens sampled later have the new policy's
-    teacher-forced log-probabilities over the whole history (within 1e-5); without the
+    teacher-forced log-probabilities over the whole history (up to fp32 noise); without the
     recompute, they attend to keys the old weights computed, and do not."""
     newer = {n: np.asarray(a) * 1.5 for n, a in flat_params(model).items()}
     new_model = replace_params(model, newer)
@@ -213,8 +213,11 @@ def test_recompute_on_swap_gives_the_new_weights_keys(model) -> None:
             for t, s in zip(scored, samples, strict=True)
             for late in [np.asarray(s.versions) == 1]
         )
-    assert gaps[True] < 1e-5
-    assert gaps[False] > 1e-3
+    # The weights are scaled 1.5×, so the logits are larger than a checkpoint's and fp32
+    # noise is ~1e-5 (how much depends on the CPU's vector width); the keys of the old
+    # weights cost several nats.
+    assert gaps[True] < 1e-4
+    assert gaps[False] > 1e-1
 
 
 def test_a_three_turn_rollout_is_token_exact(model) -> None:

@@ -169,12 +169,15 @@ def test_on_policy_rollouts_match_the_trainer(batch: TrainBatch) -> None:
     checkpoint. This model's weights are doubled, its logits reach ~15 (an fp32 ulp of
     ~1e-6 there), and a batched pass sums in another order than the sampler's decode
     step: its gap is fp32 noise of ~1e-5. What is checked here is that the metric is that
-    gap (a misaligned or wrong log-prob would be off by ~1), and that it stays noise.
+    gap (a misaligned or wrong log-prob would be off by ~1), and that it stays noise. The
+    trainer's log-probabilities (its LM head by vocabulary slices) and
+    ``teacher_forced_logprobs`` (the whole head) each carry that noise, so the two gaps
+    agree within a few times 1e-5, not exactly.
     """
     _, metrics = _train(batch)
     teacher = teacher_forced_logprobs(_model(), batch.tokens, batch.valid, 1.0)
     gap = np.abs(np.asarray(teacher) - batch.sampler_logprobs)[batch.loss_mask].max()
-    assert metrics["logprob_gap/trainer_max"] == pytest.approx(gap, abs=5e-6)
+    assert metrics["logprob_gap/trainer_max"] == pytest.approx(gap, abs=3e-5)
     assert metrics["logprob_gap/trainer_max"] < 1e-4
     assert np.isnan(_train(batch)[0].train_step(batch, version=8)["logprob_gap/trainer_max"])
 
