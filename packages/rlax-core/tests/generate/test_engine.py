@@ -80,7 +80,10 @@ def test_compilations_are_bounded_by_the_chunk_buckets(model) -> None:
         prompts = [[rng.randrange(CONFIG.vocab_size) for _ in range(rng.randint(1, 40))]
                    for _ in range(rng.randint(1, 5))]  # fmt: skip
         engine.generate(prompts, SamplingParams(max_new_tokens=rng.randint(1, 30)), seed=n)
-    assert engine.compilations <= 4  # no chunk, chunks of 8 and 16 positions, a burst
+    # No chunk, chunks of 8 and 16 positions, and a burst per width of contiguous copy
+    # (a power of two of blocks up to the 24 a sequence may hold, or none).
+    assert engine.width_buckets == (0, 1, 2, 4, 8, 16, 24)
+    assert engine.compilations <= 3 + len(engine.width_buckets)
 
 
 def test_after_warm_up_nothing_compiles(model) -> None:
@@ -117,6 +120,26 @@ def test_a_burst_samples_what_single_steps_sample(model) -> None:
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
     assert one.launches == one.steps and eight.launches < 0.6 * eight.steps
     assert eight.decoded_tokens == one.decoded_tokens == sum(map(len, single.tokens))
+
+
+def test_a_contiguous_burst_samples_what_the_pool_samples(model) -> None:
+    """Bursts that read a contiguous copy of their rows' blocks (near-equal contexts)
+    sample what bursts reading the pool through the block tables sample."""
+    params = SamplingParams(max_new_tokens=20, temperature=1.0, stop_token_ids=(7,))
+    budgets = [20, 3, 9, 1, 17, 5, 12, 20]
+    runs = {}
+    for dense in (False, True):
+        engine = Engine(model, slots=4, block_size=4, max_sequence_tokens=64, prefill_chunk=8,
+                        dense_bursts=dense)  # fmt: skip
+        runs[dense] = engine.generate(PROMPTS, params, seed=6, samples_per_prompt=2,
+                                      budgets=budgets), engine  # fmt: skip
+    (paged, by_pool), (dense, by_copy) = runs[False], runs[True]
+    assert set(by_pool.bursts_by_width) == {0}
+    assert sum(n for width, n in by_copy.bursts_by_width.items() if width) > 0
+    assert by_copy.peak_dense_bytes > 0 == by_pool.peak_dense_bytes
+    assert dense.tokens == paged.tokens and dense.finish_reasons == paged.finish_reasons
+    for a, b in zip(dense.policy_logprobs, paged.policy_logprobs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
 
 
 def test_the_tail_runs_only_the_rows_still_decoding(model) -> None:

@@ -36,7 +36,7 @@ def attend_one_query(
         mask: (batch, slots) bool, True where the query may see the slot. Slots at or
             past ``filled`` must be False.
         scale: the score scale.
-        filled: how many leading slots may hold visible keys (≥ 1).
+        filled: how many leading slots may hold visible keys.
 
     Returns:
         (batch, kv_heads, groups, head_dim).
@@ -75,4 +75,5 @@ def attend_one_query(
     )
     blocks = (filled + block - 1) // block
     _, total, weighted = jax.lax.fori_loop(0, blocks, add_block, init)
-    return (weighted / total[..., None]).astype(q.dtype)
+    # A row that sees no slot (a caller's idle row) gets zeros, not 0 / 0.
+    return (weighted / jnp.where(total > 0, total, 1.0)[..., None]).astype(q.dtype)
