@@ -24,9 +24,10 @@ Per workload and number of slots (16 and 64):
   longest budget (benchmarks._hf_reference ``rollout``). vLLM's front end keeps one of
   the machine's cores for itself by default, so its model runs with the torch threads
   the notes give;
-* the KV cache's peak bytes: the engine's blocks in use at its peak, beside the static
-  sampler's largest batch cache (the engine's pool holds every slot at 512 tokens and a
-  prompt more; its preemptions are in the notes).
+* the KV cache's peak bytes: the engine's blocks in use at its peak and the largest
+  contiguous copy a decode burst gathered (counted as if the two peaks met), beside the
+  static sampler's largest batch cache (the engine's pool holds every slot at 512 tokens
+  and a prompt more; its preemptions are in the notes).
 
 ``RLAX_BENCH_ROLLOUT_PROMPTS`` runs fewer prompts than 256 (the static baselines at 16
 slots take the longest: each batch runs to its longest completion).
@@ -98,9 +99,9 @@ def _static(model, prompts: list[list[int]], budgets: list[int], batch: int) -> 
 
 def _engine(
     model, prompts: list[list[int]], budgets: list[int], slots: int
-) -> tuple[float, int, SchedulerStats, dict[int, int]]:
-    """(seconds, peak KV bytes, the scheduler's counters, its calls by decode rows run)
-    of the engine over the workload, warm."""
+) -> tuple[float, int, SchedulerStats, dict]:
+    """(seconds, peak KV bytes, the scheduler's counters, its calls by decode rows run
+    and its bursts by contiguous width) of the engine over the workload, warm."""
     cap = max(budgets)
     longest = PROMPT_TOKENS + cap
     # Room for every slot at up to 512 tokens (not at the longest), and a prompt's worth
@@ -111,12 +112,19 @@ def _engine(
     params = SamplingParams(max_new_tokens=cap, temperature=1.0)
     engine.warm_up()
     engine.launches_by_rows.clear()
+    engine.bursts_by_width.clear()
+    engine.peak_contiguous_bytes = 0
     started = time.perf_counter()
     engine.generate(prompts, params, seed=0, samples_per_prompt=SAMPLES, budgets=budgets)
     seconds = time.perf_counter() - started
     block_bytes = engine.block_size * _kv_bytes_per_token(model.config)
-    kv = engine.pool.peak_used * block_bytes
-    return seconds, kv, engine.scheduler.stats, dict(sorted(engine.launches_by_rows.items()))
+    # The blocks in use at the pool's peak, and the largest contiguous copy a burst held
+    # beside them (counted as if both peaks met).
+    kv = engine.pool.peak_used * block_bytes + engine.peak_contiguous_bytes
+    launches = {"launches_by_decode_rows": dict(sorted(engine.launches_by_rows.items())),
+                "bursts_by_contiguous_width": dict(sorted(engine.bursts_by_width.items())),
+                "peak_contiguous_copy_bytes": engine.peak_contiguous_bytes}  # fmt: skip
+    return seconds, kv, engine.scheduler.stats, launches
 
 
 def prompt_count(quick: bool) -> int:
@@ -159,14 +167,14 @@ def run(bench: Bench) -> None:
                 vllm = side_engine(vllm_python, VLLM_MODULE, [], checkpoint, job)
                 bench.notes[f"{workload}, vLLM"] = {k: v for k, v in vllm.items() if k != "seconds"}
             for slots in slot_counts:
-                ours, our_kv, stats, by_rows = _engine(model, prompts, budgets, slots)
+                ours, our_kv, stats, launches = _engine(model, prompts, budgets, slots)
                 label = f"{workload}, {slots} slots"
                 occupancy = stats.busy_slot_steps / (stats.steps * slots)
                 bench.notes[label] = {"engine_steps": stats.steps,
                                       "engine_launches": stats.launches,
                                       "preemptions": stats.preemptions,
                                       "slot_occupancy": occupancy,
-                                      "launches_by_decode_rows": by_rows}  # fmt: skip
+                                      **launches}  # fmt: skip
                 # (the row's name after "useful tokens/s", the baseline, its seconds)
                 rows = []
                 if "static" in baselines:

@@ -130,13 +130,13 @@ def test_a_contiguous_burst_samples_what_the_pool_samples(model) -> None:
     runs = {}
     for dense in (False, True):
         engine = Engine(model, slots=4, block_size=4, max_sequence_tokens=64, prefill_chunk=8,
-                        dense_bursts=dense)  # fmt: skip
+                        contiguous_bursts=dense)  # fmt: skip
         runs[dense] = engine.generate(PROMPTS, params, seed=6, samples_per_prompt=2,
                                       budgets=budgets), engine  # fmt: skip
     (paged, by_pool), (dense, by_copy) = runs[False], runs[True]
     assert set(by_pool.bursts_by_width) == {0}
     assert sum(n for width, n in by_copy.bursts_by_width.items() if width) > 0
-    assert by_copy.peak_dense_bytes > 0 == by_pool.peak_dense_bytes
+    assert by_copy.peak_contiguous_bytes > 0 == by_pool.peak_contiguous_bytes
     assert dense.tokens == paged.tokens and dense.finish_reasons == paged.finish_reasons
     for a, b in zip(dense.policy_logprobs, paged.policy_logprobs, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)

@@ -48,6 +48,13 @@ class EngineSection(Section):
         "when a sequence finishes and other work waits for its slot; in-flight weights land "
         "between calls, so at most this many tokens after they arrive). 1: a call per token.",
     )
+    contiguous_bursts: bool = Field(
+        default=True,
+        description="paged: a decode burst whose sequences see near-equal numbers of KV "
+        "blocks gathers them once into a contiguous copy and reads that (about twice as fast "
+        "as reading through the block tables on a CPU); off: every step reads the pool "
+        "through the block tables (where a kernel does that).",
+    )
     max_prompt_tokens: int = Field(
         default=2048,
         ge=1,

@@ -11,12 +11,17 @@ While no prompt is being prefilled, a call runs a burst of up to ``decode_burst`
 steps on the device (a loop inside one jitted function), each feeding the tokens the
 one before sampled, so the host's bookkeeping and the round trip to the device are paid
 once per burst, not once per token; the burst ends as soon as a sequence finishes and
-other work waits for its slot.
+other work waits for its slot. Where the burst's rows see near-equal numbers of blocks,
+it gathers them once into a contiguous copy, laid out as a static cache, which its
+steps extend and read with the static sampler's decode attention; where they are
+unequal (a long tail), the steps read the pool through the block tables, whose cost
+follows the blocks in use.
 
 Shapes are static: a step with a prefill compiles once per prefill-chunk bucket (a
-power of two up to ``prefill_chunk``), and a step without one and a burst once per
-decode-row bucket (per power of two of stop tokens a request names, for a burst),
-however the requests vary. Decode rows are packed, whatever their slots: a step runs
+power of two up to ``prefill_chunk``), a step without one once per decode-row bucket,
+and a burst once per decode-row bucket and width of contiguous copy (none, or a power
+of two of blocks up to a sequence's most) and per power of two of stop tokens a
+request names, however the requests vary. Decode rows are packed, whatever their slots: a step runs
 the fewest rows of a bucket (a power of two from ``MIN_ROWS`` up to the slots) that
 holds the sequences decoding, so the long tail of a batch, where few sequences are
 left, does not pay for the slots they left. Keys and values live in one
@@ -42,6 +47,12 @@ from flax import nnx
 from rlax_core.generate.next_token import SamplingParams, choose, draws
 from rlax_core.generate.paged.attention import PagedAttention, paged_attention
 from rlax_core.generate.paged.blocks import SCRATCH_BLOCK, BlockPool
+from rlax_core.generate.paged.contiguous import (
+    attend_contiguous,
+    extend_contiguous,
+    gather_contiguous,
+    width_bucket,
+)
 from rlax_core.generate.paged.scheduler import (
     MAX_PREFILL_SEGMENTS,
     PrefillChunk,
@@ -54,16 +65,16 @@ from rlax_core.generate.sampler import Completions, check_request, completion_se
 from rlax_core.models.logprobs import policy_log_softmax
 from rlax_core.models.params import with_params
 from rlax_core.models.qwen import Qwen
-from rlax_core.models.qwen.decode_attention import attend_one_query
 from rlax_core.models.qwen.layers import rope_tables
 
 MIN_CHUNK = 8  # the smallest prefill-chunk bucket
 MIN_ROWS = 8  # the smallest decode-row bucket (fewer rows read the weights as slowly)
-# A burst gathers its rows' blocks into a contiguous cache when that cache (rows × the
+# A burst gathers its rows' blocks into a contiguous copy when that copy (rows × the
 # longest row's blocks, to a power of two) holds at most this many times the blocks the
-# rows see: a key read from a contiguous cache costs about half of one read through the
-# block tables (`rlax bench rollout`'s equal-length rows; benchmarks/README.md).
-DENSE_COST = 2
+# rows see: on a CPU a key read through the block tables costs about twice one read from
+# a contiguous copy (XLA does not fuse the table walk's gather into the products), and
+# the copy's gather is paid once per burst, not once per step.
+CONTIGUOUS_COST = 2
 
 
 class Engine:
@@ -86,7 +97,7 @@ class Engine:
         top_logprobs: per sampled token, also record the ids and policy log-probabilities
             of this many most likely tokens (``Sample.top_logprobs``; what an
             OpenAI-compatible endpoint reports); 0: none, and nothing is computed.
-        dense_bursts: let a burst whose rows' contexts are near-equal in length read a
+        contiguous_bursts: let a burst whose rows' contexts are near-equal in length read a
             contiguous copy of their blocks, gathered once per burst, instead of the
             pool through ``attention`` (False: every step calls ``attention``, as a
             kernel that reads the pool directly would want).
@@ -105,7 +116,7 @@ class Engine:
         pad_token_id: int = 0,
         attention: PagedAttention = paged_attention,
         top_logprobs: int = 0,
-        dense_bursts: bool = True,
+        contiguous_bursts: bool = True,
     ) -> None:
         if decode_burst < 1:
             raise ValueError(f"decode_burst must be at least 1, got {decode_burst}")
@@ -134,9 +145,9 @@ class Engine:
         self._knobs = (np.float32(1.0), np.int32(0), np.float32(1.0))
         self.version = 0  # the policy version of the weights, recorded with every token
         self.decode_burst = decode_burst
-        self.dense_bursts = dense_bursts
+        self.contiguous_bursts = contiguous_bursts
         self.bursts_by_width: Counter[int] = Counter()  # contiguous blocks a row (0: paged)
-        self.peak_dense_bytes = 0  # the largest contiguous copy a burst held, all layers
+        self.peak_contiguous_bytes = 0  # the largest contiguous copy a burst held, all layers
         self._stop_width = 1  # stop tokens per row a burst checks (a power of two)
         self._traces = 0
         self.launches_by_rows: Counter[int] = Counter()  # decode rows run → calls
@@ -322,20 +333,21 @@ class Engine:
     def width_buckets(self) -> tuple[int, ...]:
         """The blocks per row a burst's contiguous copy holds (0: none, the pool is read
         through the block tables); a burst compiles once per width and row bucket."""
-        if not self.dense_bursts:
+        if not self.contiguous_bursts:
             return (0,)
-        return (0, *sorted({_width_bucket(n, self.max_blocks) for n in range(1, self.max_blocks + 1)}))
+        most = self.max_blocks
+        return (0, *sorted({width_bucket(n, most) for n in range(1, most + 1)}))
 
-    def _dense_width(self, plan: StepPlan, rows: int) -> int:
+    def _contiguous_width(self, plan: StepPlan, rows: int) -> int:
         """A burst's contiguous copy's blocks per row, or 0 where reading the pool costs
         less (the rows' contexts are unequal: the copy would be mostly padding)."""
-        if not self.dense_bursts or not plan.decode:
+        if not self.contiguous_bursts or not plan.decode:
             return 0
         size, steps = self.block_size, plan.steps
         seen = [(row.position + min(steps, row.sample.limit - len(row.sample.tokens)) - 1)
                 // size + 1 for row in plan.decode]  # fmt: skip
-        width = _width_bucket(max(seen), self.max_blocks)
-        return width if rows * width <= DENSE_COST * sum(seen) else 0
+        width = width_bucket(max(seen), self.max_blocks)
+        return width if rows * width <= CONTIGUOUS_COST * sum(seen) else 0
 
     def _rows(self, decoding: int) -> int:
         """The decode rows a step without a prefill runs for ``decoding`` sequences."""
@@ -346,7 +358,7 @@ class Engine:
         policy log-prob) of each decode step it ran."""
         rows = self.slots if plan.prefill else self._rows(len(plan.decode))
         if plan.steps > 1:
-            return self._run_burst(plan, rows, self._dense_width(plan, rows))
+            return self._run_burst(plan, rows, self._contiguous_width(plan, rows))
         return self._run_step(plan, rows)
 
     def _run_step(self, plan: StepPlan, rows: int) -> list[list[tuple[int, float, float]]]:
@@ -402,8 +414,8 @@ class Engine:
             raise ValueError(f"a burst of {plan.steps} steps; this engine runs {self.decode_burst}")
         self.launches_by_rows[rows] += 1
         self.bursts_by_width[width] += 1
-        dense_bytes = rows * width * sum(k.nbytes + v.nbytes for k, v in self._kv) // self.pool.num_blocks
-        self.peak_dense_bytes = max(self.peak_dense_bytes, dense_bytes)
+        block_bytes = self.kv_bytes // self.pool.num_blocks  # every layer's keys and values
+        self.peak_contiguous_bytes = max(self.peak_contiguous_bytes, rows * width * block_bytes)
         tokens = np.full(rows, self._pad, np.int32)
         positions = np.full(rows, -1, np.int32)
         tables = np.full((rows, self.max_blocks), SCRATCH_BLOCK, np.int32)
@@ -466,7 +478,7 @@ class Engine:
         tokens: jax.Array,
         positions: jax.Array,
         tables: jax.Array,
-        dense_tables: jax.Array,
+        copy_tables: jax.Array,
         copies: jax.Array,
         seeds: jax.Array,
         indices: jax.Array,
@@ -479,14 +491,14 @@ class Engine:
     ) -> tuple:
         """Up to ``decode_burst`` decode steps, each row feeding what it sampled in the
         one before; a row stops at a stop token or when its ``left`` tokens are sampled
-        (its later steps write to the scratch block and see nothing). ``dense_tables``:
+        (its later steps write to the scratch block and see nothing). ``copy_tables``:
         the first columns of ``tables`` whose blocks are gathered into a contiguous copy
         that the burst's steps read and extend (no columns: they read the pool). Returns
         the steps run and, per step and row, the token and its log-probabilities."""
         self._traces += 1
         model = nnx.merge(self._graphdef, jax.tree.unflatten(self._treedef, leaves))
         kv = _copy_blocks(kv, copies)
-        dense = [tuple(_contiguous(pool, dense_tables) for pool in layer) for layer in kv]
+        contiguous = [tuple(gather_contiguous(pool, copy_tables) for pool in layer) for layer in kv]
         steps, slots, size = self.decode_burst, tokens.shape[0], self.block_size
         k = self.top_logprobs
         out = (jnp.zeros((steps, slots), jnp.int32), jnp.zeros((steps, slots), jnp.float32),
@@ -500,22 +512,31 @@ class Engine:
             return (t < steps) & jnp.any(active) & ~(until_finish & finished)
 
         def decode(carry: tuple) -> tuple:
-            t, kv, dense, tokens, positions, active, finished, out = carry
+            t, kv, contiguous, tokens, positions, active, finished, out = carry
             at = jnp.where(active, positions, -1)
             block = jnp.take_along_axis(tables, (jnp.maximum(at, 0) // size)[:, None], 1)[:, 0]
-            (kv, dense), logits = self._forward(
+            (kv, contiguous), logits = self._forward(
                 model, kv, tokens, at, jnp.where(active, block, SCRATCH_BLOCK),
-                jnp.where(active, at % size, 0), tables, None, dense,
+                jnp.where(active, at % size, 0), tables, None, contiguous,
             )  # fmt: skip
             drawn = choose(logits, draws(seeds, indices + t), temperature, top_k, top_p)
             drawn = (*drawn, *self._top(logits, temperature))
             out = tuple(o.at[t].set(d) for o, d in zip(out, drawn, strict=True))
             token = drawn[0]
             done = active & ((t + 1 >= left) | jnp.any(token[:, None] == stops, axis=1))
-            return (t + 1, kv, dense, token, positions + 1, active & ~done,
+            return (t + 1, kv, contiguous, token, positions + 1, active & ~done,
                     finished | jnp.any(done), out)  # fmt: skip
 
-        start = (jnp.int32(0), kv, dense, tokens, positions, positions >= 0, jnp.bool_(False), out)
+        start = (
+            jnp.int32(0),
+            kv,
+            contiguous,
+            tokens,
+            positions,
+            positions >= 0,
+            jnp.bool_(False),
+            out,
+        )
         ran, kv, _, _, _, _, _, out = jax.lax.while_loop(running, decode, start)
         return kv, ran, *out
 
@@ -537,12 +558,12 @@ class Engine:
         write_offsets: jax.Array,
         decode_tables: jax.Array,
         chunk: tuple[jax.Array, jax.Array, jax.Array] | None,
-        dense: list[tuple[jax.Array, jax.Array]] | None = None,
+        contiguous: list[tuple[jax.Array, jax.Array]] | None = None,
     ) -> tuple:
         """The model over one step's tokens (the decode rows', then a prefill chunk's):
         their keys written into the pools, attention read from them; the new pools and
         the decode rows' logits. ``chunk``: the prefill's table row, its queries'
-        positions in that row and their segments' first positions there. ``dense``: per
+        positions in that row and their segments' first positions there. ``contiguous``: per
         layer, a contiguous copy of the decode rows' blocks (rows, kv_heads, positions,
         head_dim), or empty ones: given, the decode rows' keys are written there too and
         their attention reads it, and the new pools come back with the new copies."""
@@ -557,10 +578,12 @@ class Engine:
             q, k, v = attention.project(layer.input_layernorm(x), rope)
             k_pool = k_pool.at[write_blocks, :, write_offsets].set(k[0].astype(k_pool.dtype))
             v_pool = v_pool.at[write_blocks, :, write_offsets].set(v[0].astype(v_pool.dtype))
-            if dense is not None and dense[i][0].shape[2]:
-                copy = _extend(dense[i], k[0, :slots], v[0, :slots], positions[:slots])
+            if contiguous is not None and contiguous[i][0].shape[2]:
+                copy = extend_contiguous(
+                    contiguous[i], k[0, :slots], v[0, :slots], positions[:slots]
+                )
                 copies.append(copy)
-                attended = _attend_contiguous(q[0, :slots], *copy, positions[:slots], scale)
+                attended = attend_contiguous(q[0, :slots], *copy, positions[:slots], scale)
             else:
                 attended = self._attention(q[0, :slots, None], k_pool, v_pool, decode_tables,
                                            positions[:slots, None], scale)[:, 0]  # fmt: skip
@@ -573,48 +596,15 @@ class Engine:
             x = layer.finish(x, attention.output(attended[None]))
             written.append((k_pool, v_pool))
         logits = model.logits_from_hidden(model.model.norm(x[:, :slots]))[0]
-        if dense is None:
+        if contiguous is None:
             return written, logits
-        return (written, copies or dense), logits
+        return (written, copies or contiguous), logits
 
 
 def _copy_blocks(kv: list[tuple[jax.Array, jax.Array]], copies: jax.Array) -> list:
     """Each pool with blocks ``copies[:, 0]`` copied onto ``copies[:, 1]``."""
     source, destination = copies[:, 0], copies[:, 1]
     return [(k.at[destination].set(k[source]), v.at[destination].set(v[source])) for k, v in kv]
-
-
-def _contiguous(pool: jax.Array, tables: jax.Array) -> jax.Array:
-    """Each row's blocks (``tables``: rows × columns) side by side: (rows, kv_heads,
-    columns × block_size, head_dim), the layout of a static cache."""
-    rows, columns = tables.shape
-    _, heads, block, dim = pool.shape
-    gathered = jnp.swapaxes(pool[tables], 1, 2)  # (rows, kv_heads, columns, block, dim)
-    return gathered.reshape(rows, heads, columns * block, dim)
-
-
-def _extend(copy: tuple[jax.Array, jax.Array], k: jax.Array, v: jax.Array,
-            positions: jax.Array) -> tuple[jax.Array, jax.Array]:  # fmt: skip
-    """A contiguous copy with each row's new key and value (rows, kv_heads, head_dim) at
-    its position (an idle row's, -1, is dropped)."""
-    rows = jnp.arange(k.shape[0])
-    at = jnp.where(positions >= 0, positions, copy[0].shape[2])  # past the end: dropped
-    return tuple(c.at[rows, :, at].set(new.astype(c.dtype), mode="drop")
-                 for c, new in ((copy[0], k), (copy[1], v)))  # fmt: skip
-
-
-def _attend_contiguous(q: jax.Array, k: jax.Array, v: jax.Array, positions: jax.Array,
-                       scale: float) -> jax.Array:  # fmt: skip
-    """Each decode row's query (rows, kv_heads, groups, head_dim) against its contiguous
-    keys up to its position: the static sampler's decode attention, in the same fp32
-    arithmetic as :func:`paged_attention`."""
-    seen = jnp.arange(k.shape[2])[None] <= positions[:, None]
-    return attend_one_query(q, k, v, seen, scale, jnp.max(positions) + 1)
-
-
-def _width_bucket(blocks: int, most: int) -> int:
-    """A contiguous copy's blocks per row: a power of two, at most ``most``."""
-    return min(most, 1 << (blocks - 1).bit_length())
 
 
 def _chunk_bucket(positions: int) -> int:

@@ -66,6 +66,7 @@ def engine_for(model: Qwen, rollout: RolloutSection, *, pad_token_id: int) -> En
         max_sequence_tokens=cfg.max_prompt_tokens + rollout.max_new_tokens,
         kv_tokens=cfg.kv_tokens, prefill_chunk=cfg.prefill_chunk,
         decode_burst=cfg.decode_burst, pad_token_id=pad_token_id,
+        contiguous_bursts=cfg.contiguous_bursts,
     )  # fmt: skip
 
 

@@ -1,0 +1,51 @@
+"""A decode burst's contiguous copy of its rows' blocks.
+
+Where the rows of a burst see near-equal numbers of blocks, the engine gathers each
+row's blocks once, at the burst's start, into a copy laid out as a static cache
+(rows, kv_heads, positions, head_dim); each step writes its rows' new keys and values
+there (and into the pool) and reads them back with the static sampler's decode
+attention (:func:`rlax_core.models.qwen.decode_attention.attend_one_query`), in the
+same fp32 arithmetic as :func:`rlax_core.generate.paged.attention.paged_attention`.
+The copy is dropped when the burst ends: the pool holds every key.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from rlax_core.models.qwen.decode_attention import attend_one_query
+
+
+def gather_contiguous(pool: jax.Array, tables: jax.Array) -> jax.Array:
+    """Each row's blocks (``tables``: rows × columns) side by side: (rows, kv_heads,
+    columns × block_size, head_dim), the layout of a static cache."""
+    rows, columns = tables.shape
+    _, heads, block, dim = pool.shape
+    gathered = jnp.swapaxes(pool[tables], 1, 2)  # (rows, kv_heads, columns, block, dim)
+    return gathered.reshape(rows, heads, columns * block, dim)
+
+
+def extend_contiguous(
+    copy: tuple[jax.Array, jax.Array], k: jax.Array, v: jax.Array, positions: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """A contiguous copy with each row's new key and value (rows, kv_heads, head_dim) at
+    its position (an idle row's, -1, is dropped)."""
+    rows = jnp.arange(k.shape[0])
+    at = jnp.where(positions >= 0, positions, copy[0].shape[2])  # past the end: dropped
+    return tuple(c.at[rows, :, at].set(new.astype(c.dtype), mode="drop")
+                 for c, new in ((copy[0], k), (copy[1], v)))  # fmt: skip
+
+
+def attend_contiguous(
+    q: jax.Array, k: jax.Array, v: jax.Array, positions: jax.Array, scale: float
+) -> jax.Array:
+    """Each decode row's query (rows, kv_heads, groups, head_dim) against its contiguous
+    keys up to its position (an idle row, at -1, gets zeros)."""
+    seen = jnp.arange(k.shape[2])[None] <= positions[:, None]
+    return attend_one_query(q, k, v, seen, scale, jnp.max(positions) + 1)
+
+
+def width_bucket(blocks: int, most: int) -> int:
+    """A contiguous copy's blocks per row: a power of two, at most ``most``."""
+    return min(most, 1 << (blocks - 1).bit_length())
