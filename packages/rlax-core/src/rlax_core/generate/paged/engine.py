@@ -75,6 +75,10 @@ MIN_ROWS = 8  # the smallest decode-row bucket (fewer rows read the weights as s
 # a contiguous copy (XLA does not fuse the table walk's gather into the products), and
 # the copy's gather is paid once per burst, not once per step.
 CONTIGUOUS_COST = 2
+# The most blocks (rows × width) a copy holds: a long tail's wide copies (64 rows × 16
+# or 32 blocks of the ~50M preset) made its bursts slower than reading the pool (the
+# gather leaves the caches, and a burst there ends after a few steps).
+CONTIGUOUS_MOST = 512
 
 
 class Engine:
@@ -327,7 +331,8 @@ class Engine:
             if self.decode_burst > 1:
                 plan = StepPlan(copies=(), decode=(), prefill=(), steps=self.decode_burst)
                 for width in self.width_buckets:
-                    self._run_burst(plan, rows, width)
+                    if rows * width <= CONTIGUOUS_MOST:  # else never chosen
+                        self._run_burst(plan, rows, width)
 
     @property
     def width_buckets(self) -> tuple[int, ...]:
@@ -347,7 +352,8 @@ class Engine:
         seen = [(row.position + min(steps, row.sample.limit - len(row.sample.tokens)) - 1)
                 // size + 1 for row in plan.decode]  # fmt: skip
         width = width_bucket(max(seen), self.max_blocks)
-        return width if rows * width <= CONTIGUOUS_COST * sum(seen) else 0
+        copy = rows * width
+        return width if copy <= min(CONTIGUOUS_MOST, CONTIGUOUS_COST * sum(seen)) else 0
 
     def _rows(self, decoding: int) -> int:
         """The decode rows a step without a prefill runs for ``decoding`` sequences."""
