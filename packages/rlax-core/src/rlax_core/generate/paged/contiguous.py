@@ -16,6 +16,17 @@ import jax.numpy as jnp
 
 from rlax_core.models.qwen.decode_attention import attend_one_query
 
+# A burst gathers its rows' blocks into a contiguous copy when that copy (rows × the
+# longest row's blocks, to a power of two) holds at most this many times the blocks the
+# rows see: on a CPU a key read through the block tables costs about twice one read from
+# a contiguous copy (XLA does not fuse the table walk's gather into the products), and
+# the copy's gather is paid once per burst, not once per step.
+CONTIGUOUS_COST = 2
+# The most blocks (rows × width) a copy holds: a long tail's wide copies (64 rows × 16
+# or 32 blocks of the ~50M preset) made its bursts slower than reading the pool (the
+# gather leaves the caches, and a burst there ends after a few steps).
+CONTIGUOUS_MOST = 512
+
 
 def gather_contiguous(pool: jax.Array, tables: jax.Array) -> jax.Array:
     """Each row's blocks (``tables``: rows × columns) side by side: (rows, kv_heads,
@@ -49,3 +60,11 @@ def attend_contiguous(
 def width_bucket(blocks: int, most: int) -> int:
     """A contiguous copy's blocks per row: a power of two, at most ``most``."""
     return min(most, 1 << (blocks - 1).bit_length())
+
+
+def copy_width(seen: list[int], rows: int, most: int) -> int:
+    """The blocks per row of a burst's copy, whose rows see ``seen`` blocks each (``rows``
+    of them, with padding), at most ``most``; 0 where reading the pool costs less."""
+    width = width_bucket(max(seen), most)
+    copy = rows * width
+    return width if copy <= min(CONTIGUOUS_MOST, CONTIGUOUS_COST * sum(seen)) else 0

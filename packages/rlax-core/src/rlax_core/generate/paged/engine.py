@@ -48,7 +48,9 @@ from rlax_core.generate.next_token import SamplingParams, choose, draws
 from rlax_core.generate.paged.attention import PagedAttention, paged_attention
 from rlax_core.generate.paged.blocks import SCRATCH_BLOCK, BlockPool
 from rlax_core.generate.paged.contiguous import (
+    CONTIGUOUS_MOST,
     attend_contiguous,
+    copy_width,
     extend_contiguous,
     gather_contiguous,
     width_bucket,
@@ -69,16 +71,6 @@ from rlax_core.models.qwen.layers import rope_tables
 
 MIN_CHUNK = 8  # the smallest prefill-chunk bucket
 MIN_ROWS = 8  # the smallest decode-row bucket (fewer rows read the weights as slowly)
-# A burst gathers its rows' blocks into a contiguous copy when that copy (rows × the
-# longest row's blocks, to a power of two) holds at most this many times the blocks the
-# rows see: on a CPU a key read through the block tables costs about twice one read from
-# a contiguous copy (XLA does not fuse the table walk's gather into the products), and
-# the copy's gather is paid once per burst, not once per step.
-CONTIGUOUS_COST = 2
-# The most blocks (rows × width) a copy holds: a long tail's wide copies (64 rows × 16
-# or 32 blocks of the ~50M preset) made its bursts slower than reading the pool (the
-# gather leaves the caches, and a burst there ends after a few steps).
-CONTIGUOUS_MOST = 512
 
 
 class Engine:
@@ -351,9 +343,7 @@ class Engine:
         size, steps = self.block_size, plan.steps
         seen = [(row.position + min(steps, row.sample.limit - len(row.sample.tokens)) - 1)
                 // size + 1 for row in plan.decode]  # fmt: skip
-        width = width_bucket(max(seen), self.max_blocks)
-        copy = rows * width
-        return width if copy <= min(CONTIGUOUS_MOST, CONTIGUOUS_COST * sum(seen)) else 0
+        return copy_width(seen, rows, self.max_blocks)
 
     def _rows(self, decoding: int) -> int:
         """The decode rows a step without a prefill runs for ``decoding`` sequences."""
