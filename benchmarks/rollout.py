@@ -24,6 +24,9 @@ Per workload and number of slots (16 and 64):
   longest budget (benchmarks._hf_reference ``rollout``). vLLM's front end keeps one of
   the machine's cores for itself by default, so its model runs with the torch threads
   the notes give;
+* the same useful tokens/s beside the engine with contiguous bursts off
+  (``contiguous_bursts=False``: every decode step reads the pool through the block
+  tables), in the same run: what the contiguous copies gain or cost on each workload;
 * the KV cache's peak bytes: the engine's blocks in use at its peak and the largest
   contiguous copy a decode burst gathered (counted as if the two peaks met), beside the
   static sampler's largest batch cache (the engine's pool holds every slot at 512 tokens
@@ -34,7 +37,7 @@ slots take the longest: each batch runs to its longest completion).
 ``RLAX_BENCH_ROLLOUT_SLOTS`` runs other numbers of slots (multiples of 4, e.g. ``256``,
 vLLM's own number of sequences in flight, against which the engine runs at 16 and 64).
 ``RLAX_BENCH_ROLLOUT_BASELINES`` runs some of the baselines (``static``, ``vllm``,
-``transformers``; e.g. ``static,vllm``), each with the engine run again beside it: the
+``transformers``, ``paged``; e.g. ``static,vllm``), each with the engine run again beside it: the
 whole table at 256 prompts takes hours here, and a ratio needs both sides of one run.
 """
 
@@ -60,7 +63,7 @@ PROMPT_TOKENS = 32
 # vLLM is installed only in its side venv, so this interpreter cannot import the module:
 # it is named, and run there.
 VLLM_MODULE = "benchmarks._vllm_generate"
-BASELINES = ("static", "vllm", "transformers")
+BASELINES = ("static", "vllm", "transformers", "paged")
 
 
 def lognormal_budgets(count: int, *, median: int, cap: int, seed: int = 0) -> list[int]:
@@ -98,17 +101,19 @@ def _static(model, prompts: list[list[int]], budgets: list[int], batch: int) -> 
 
 
 def _engine(
-    model, prompts: list[list[int]], budgets: list[int], slots: int
+    model, prompts: list[list[int]], budgets: list[int], slots: int, *, contiguous: bool = True
 ) -> tuple[float, int, SchedulerStats, dict]:
     """(seconds, peak KV bytes, the scheduler's counters, its calls by decode rows run
-    and its bursts by contiguous width) of the engine over the workload, warm."""
+    and its bursts by contiguous width) of the engine over the workload, warm;
+    ``contiguous``: its contiguous bursts on or off."""
     cap = max(budgets)
     longest = PROMPT_TOKENS + cap
     # Room for every slot at up to 512 tokens (not at the longest), and a prompt's worth
     # more per slot for the blocks of prompts waiting for their samples to start.
     kv_tokens = slots * (min(longest, 512) + PROMPT_TOKENS)
     engine = Engine(model, slots=slots, block_size=16, max_sequence_tokens=longest,
-                    kv_tokens=kv_tokens, prefill_chunk=128)  # fmt: skip
+                    kv_tokens=kv_tokens, prefill_chunk=128,
+                    contiguous_bursts=contiguous)  # fmt: skip
     params = SamplingParams(max_new_tokens=cap, temperature=1.0)
     engine.warm_up()
     engine.launches_by_rows.clear()
@@ -142,7 +147,7 @@ def run(bench: Bench) -> None:
                                 multiple_of=SAMPLES)  # fmt: skip
     baselines = chosen_parts("RLAX_BENCH_ROLLOUT_BASELINES", BASELINES)
     if quick:  # no side venvs
-        baselines &= {"static"}
+        baselines &= {"static", "paged"}
     torch_python = side_python("torch-venv.sh") if "transformers" in baselines else None
     vllm_python = side_python("vllm-venv.sh") if "vllm" in baselines else None
     rng = np.random.default_rng(1)
@@ -185,6 +190,9 @@ def run(bench: Bench) -> None:
                                  baseline_label=f"static sampler, batches of {slots}")  # fmt: skip
                 if vllm is not None:
                     rows.append((" vs vLLM", "vLLM CPU, continuous batching", vllm["seconds"]))
+                if "paged" in baselines:
+                    theirs, *_ = _engine(model, prompts, budgets, slots, contiguous=False)
+                    rows.append((" vs paged reads", "the engine, contiguous bursts off", theirs))
                 if torch_python is not None:
                     hf = side_engine(torch_python, _hf_reference, ["rollout"], checkpoint,
                                      {**job, "batch": slots})  # fmt: skip

@@ -160,12 +160,15 @@ def test_the_scale_suite_runs_quickly(tmp_path: Path) -> None:
 
 
 def test_the_rollout_suite_runs_quickly(tmp_path: Path) -> None:
-    """`rlax bench rollout --quick`: the engine beside the static sampler, both workloads."""
+    """`rlax bench rollout --quick`: the engine beside the static sampler and beside itself
+    with contiguous bursts off, both workloads."""
     report = _quick_report("rollout", tmp_path)
     rows = {r["name"]: r for r in report["results"]}
     for workload in ("long-tailed", "equal lengths"):
         speed = rows[f"{workload}, 4 slots: useful tokens/s"]
         assert speed["subject"] > 0 < speed["baseline"]
+        paged = rows[f"{workload}, 4 slots: useful tokens/s vs paged reads"]
+        assert paged["subject"] == speed["subject"] and paged["baseline"] > 0
         kv = rows[f"{workload}, 4 slots: peak KV cache bytes"]
         assert kv["subject"] > 0 < kv["baseline"]
         assert 0 < report["notes"][f"{workload}, 4 slots"]["slot_occupancy"] <= 1
@@ -181,7 +184,7 @@ def test_the_rollout_suite_names_an_unknown_baseline(
     suites = Path(__file__).resolve().parents[3] / "benchmarks"
     assert main(["bench", "rollout", "--quick", "--dir", str(suites)]) == 2
     err = capsys.readouterr().err
-    assert "sglang" in err and "static, vllm, transformers" in err
+    assert "sglang" in err and "static, vllm, transformers, paged" in err
 
 
 def test_the_rollout_suite_names_a_bad_count(
