@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rlax_core.config.sections import EngineSection, RolloutSection, StalenessSection
+from rlax_core.errors import TransportError
 from rlax_core.generate import Sampler
 from rlax_core.models import QwenConfig, flat_params, init_model
 from rlax_core.models.tokenizer import Tokenizer
@@ -127,6 +128,64 @@ def test_leases_of_groups_still_generating_are_renewed(model, tokenizer) -> None
     stats = transport.queue("prompts").stats()
     assert (stats.ready, stats.leased) == (0, 0)
     assert list(_sent(transport)) == ["g0"]
+
+
+class _AwayForRenewals:
+    """The prompt queue, its renewals failing as a server's would while ``away`` is set
+    (every other call goes to the real queue)."""
+
+    def __init__(self, queue) -> None:
+        self._queue, self.away = queue, threading.Event()
+
+    def extend(self, lease, lease_s):
+        if self.away.is_set():
+            raise TransportError("the queue's server is away")
+        return self._queue.extend(lease, lease_s)
+
+    def __getattr__(self, name):
+        return getattr(self._queue, name)
+
+
+def test_a_group_whose_lease_ran_out_mid_generation_is_generated_once(model, tokenizer) -> None:
+    """The queue is away while both groups are generating: their leases run out, the
+    groups come back to the queue and this worker leases them again. It goes on with
+    what it was generating, submitting neither a second time."""
+    transport = _setup(model, 2)
+    prompts = _AwayForRenewals(transport.queue("prompts"))
+    prompts.away.set()
+    worker = StreamingWorker(
+        "w", model=model, tokenizer=tokenizer, judge=None, store=transport.parameter_store(),
+        prompts=prompts, outbox=transport.queue("rollouts"), seed=3, stop_token_ids=(),
+        rollout=RolloutSection(max_new_tokens=12, lease_s=0.3, engine=_engine()),
+        staleness=StalenessSection(),
+    )  # fmt: skip
+    worker.step(threading.Event())  # both leased and submitted
+    time.sleep(0.4)  # both leases run out
+    assert transport.queue("prompts").stats().ready == 2
+    prompts.away.clear()
+    while worker.groups_done < 2:
+        worker.step(threading.Event())
+    assert sorted(_sent(transport)) == ["g0", "g1"]
+    assert worker._engine.scheduler.idle  # nothing submitted twice still queued
+    stats = transport.queue("prompts").stats()
+    assert (stats.ready, stats.leased) == (0, 0)
+
+
+def test_groups_waiting_for_weights_longer_than_a_lease_stay_leased(model, tokenizer) -> None:
+    """The groups need version 1, published three leases after they were leased (a large
+    model's pull): their leases are renewed while the worker waits, so none goes back."""
+    transport = _setup(model, 2, min_version=1)
+    worker = _worker(StreamingWorker, model, tokenizer, transport, engine=_engine(),
+                     lease_s=0.6)  # fmt: skip
+    store = transport.parameter_store()
+    publish = threading.Timer(1.8, store.publish, (1, dict(flat_params(model))))
+    publish.daemon = True
+    publish.start()
+    prompts = transport.queue("prompts")
+    while worker.groups_done < 2:
+        worker.step(threading.Event())
+        assert prompts.stats().ready == 0  # never back on the queue
+    assert sorted(_sent(transport)) == ["g0", "g1"]
 
 
 def test_a_stopped_worker_gives_its_groups_back_and_they_are_generated_again(

@@ -31,13 +31,18 @@ class _LengthJudge(Judge):
         ]  # fmt: skip
 
 
-def _worker(groups: list[PromptGroup], judge: Judge, **rollout) -> tuple:
-    """A worker over the real in-process store (version 0 of a tiny model) and queues,
-    ``groups`` queued; (worker, prompts, rollouts, tokenizer)."""
+def _worker(groups: list[PromptGroup], judge: Judge, *, publish_after_s: float = 0.0,
+            **rollout) -> tuple:  # fmt: skip
+    """A worker over the real in-process store (version 0 of a tiny model, published
+    ``publish_after_s`` from now) and queues, ``groups`` queued; (worker, prompts,
+    rollouts, tokenizer)."""
     tokenizer = Tokenizer.from_dir(TOKENIZER)
     model = init_model(QwenConfig.tiny(vocab_size=tokenizer.vocab_size))
     transport = InProcTransport()
-    transport.parameter_store().publish(0, {n: a for n, a in flat_params(model).items()})
+    weights = {n: a for n, a in flat_params(model).items()}
+    publish = threading.Timer(publish_after_s, transport.parameter_store().publish, (0, weights))
+    publish.daemon = True
+    publish.start()
     prompts, rollouts = transport.queue("prompts"), transport.queue("rollouts")
     for group in groups:
         prompts.put(group.group_id, group.to_bytes())
@@ -95,22 +100,42 @@ def test_a_judge_that_raises_on_one_problem_costs_that_problems_completions_only
         assert rollout.verdict == _LengthJudge().judge([{}], [text])[0]
 
 
+LEASE_S = 1.0
+
+
 class _SlowJudge(_LengthJudge):
-    """The length judge, taking longer than the worker's leases last."""
+    """The length judge, taking three of the worker's leases."""
 
     def judge(self, problems, completions):
-        time.sleep(1.2)
+        time.sleep(3 * LEASE_S)
         return super().judge(problems, completions)
+
+
+def _two_groups() -> list[PromptGroup]:
+    return [PromptGroup(group_id=f"g{i}", prompt_id=f"p{i}", prompt_tokens=(5, 6, 7 + i),
+                        samples_per_prompt=2) for i in range(2)]  # fmt: skip
 
 
 def test_a_batch_that_outlasts_its_leases_keeps_its_groups() -> None:
     """Sampling and judging a batch take three leases' time: the leases are renewed
     meanwhile, so no group goes back to the queue to be sampled again, and each is
     acked with its renewed lease."""
-    groups = [PromptGroup(group_id=f"g{i}", prompt_id=f"p{i}", prompt_tokens=(5, 6, 7 + i),
-                          samples_per_prompt=2) for i in range(2)]  # fmt: skip
-    worker, prompts, rollouts, _ = _worker(groups, _SlowJudge(), groups_per_batch=2, lease_s=0.4)
+    worker, prompts, rollouts, _ = _worker(_two_groups(), _SlowJudge(), groups_per_batch=2,
+                                           lease_s=LEASE_S)  # fmt: skip
     assert worker.step(threading.Event())
     stats = prompts.stats()
     assert (stats.ready, stats.leased) == (0, 0)  # nothing came back; both acked
+    assert rollouts.stats().ready == 2
+
+
+def test_groups_waiting_for_weights_longer_than_a_lease_stay_leased() -> None:
+    """The weights arrive three leases after the groups were leased (a large model's
+    pull): the leases are renewed while waiting, so the batch is still sampled here."""
+    worker, prompts, rollouts, _ = _worker(
+        _two_groups(), _LengthJudge(), groups_per_batch=2, lease_s=LEASE_S,
+        publish_after_s=3 * LEASE_S,
+    )  # fmt: skip
+    assert worker.step(threading.Event())
+    stats = prompts.stats()
+    assert (stats.ready, stats.leased) == (0, 0)
     assert rollouts.stats().ready == 2

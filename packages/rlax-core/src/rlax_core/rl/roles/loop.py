@@ -8,13 +8,12 @@ or the transport closes. A thread of the embedded run reports an exception throu
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from rlax_core.contracts.queue import Queue
-from rlax_core.errors import LeaseExpiredError, TransportClosedError, TransportError
+from rlax_core.errors import TransportClosedError
 from rlax_core.types.lease import Lease
 
 POLL_S = 0.2
@@ -60,33 +59,3 @@ def lease_batch(queue: Queue, lease_s: float, size: int) -> list[Lease]:
             break
         leases.append(more)
     return leases
-
-
-@contextlib.contextmanager
-def renewing(queue: Queue, leases: list[Lease], lease_s: float) -> Iterator[list[Lease]]:
-    """Keeps ``leases`` alive while the block runs (one long generation, say): a thread
-    renews them for ``lease_s`` every ``lease_s / 2``. Yields the list of the current
-    leases, each replaced as it is renewed; use those once the block ends. A lease that
-    already ended stays as it was (its item went to another worker)."""
-    current = list(leases)
-    done = threading.Event()
-
-    def renew() -> None:
-        while not done.wait(lease_s / 2):
-            for i, lease in enumerate(current):
-                try:
-                    current[i] = queue.extend(lease, lease_s)
-                except LeaseExpiredError:
-                    continue
-                except TransportClosedError:
-                    return
-                except TransportError:
-                    break  # the server is away: the next round tries again
-
-    keeper = threading.Thread(target=renew, name="lease-renewal", daemon=True)
-    keeper.start()
-    try:
-        yield current
-    finally:
-        done.set()
-        keeper.join()

@@ -5,7 +5,9 @@ up to ``groups_in_flight`` prompt groups leased, submits each to the engine
 (:class:`rlax_core.generate.paged.Engine`) as it arrives, steps the engine, and sends
 each group the moment all its samples have finished, judged here or (verifier stage) to
 be judged, while the others go on decoding. Leases of groups still generating are
-renewed before they run out, so a long completion never loses its group; a worker
+renewed from a thread before they run out (a
+:class:`~rlax_core.rl.roles.lease_keeper.LeaseKeeper`), so neither a long completion nor
+a long step (a first compile, a large model's weights pulled) loses its group; a worker
 killed mid-generation loses only its groups in flight, which come back through their
 leases as today.
 
@@ -50,10 +52,10 @@ from rlax_core.generate.paged import Engine, Request, Sample
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.rl.roles.episodes import Episodes, environment_verdict
+from rlax_core.rl.roles.lease_keeper import LeaseKeeper
 from rlax_core.rl.roles.loop import POLL_S
 from rlax_core.rl.roles.rollout_groups import deliver, judge_completions, logprob_gaps, pack_group
 from rlax_core.rl.roles.worker import RolloutWorker, sample_seed
-from rlax_core.types.lease import Lease
 from rlax_core.types.rollout import PromptGroup
 
 
@@ -72,10 +74,10 @@ def engine_for(model: Qwen, rollout: RolloutSection, *, pad_token_id: int) -> En
 
 @dataclass
 class _InFlight:
-    """A leased group, submitted to the engine or waiting for newer weights."""
+    """A leased group (its lease in the worker's keeper), submitted to the engine or
+    waiting for newer weights."""
 
     group: PromptGroup
-    lease: Lease
     submitted_at: float | None = None
     checked: bool = False  # its log-probabilities are re-scored by teacher forcing
 
@@ -107,6 +109,7 @@ class StreamingWorker(RolloutWorker):
         # Teacher forcing for the log-probability check; it shares the engine's arrays.
         self._scorer = Sampler(model, pad_token_id=pad) if self._cfg.logprob_check_groups else None
         self._groups: dict[str, _InFlight] = {}
+        self._leases = LeaseKeeper(self._prompts, self._cfg.lease_s)  # by group id
         self._sent = 0
 
     def status(self) -> dict[str, Any]:
@@ -133,7 +136,6 @@ class StreamingWorker(RolloutWorker):
     def step(self, stop: threading.Event | None = None) -> bool:
         """Tops the engine up with leased groups and runs one engine step; False if
         nothing was in flight and no group arrived within the poll."""
-        self._renew_leases()
         self._admit(stop)
         if self._engine.scheduler.idle:
             return bool(self._groups)
@@ -150,9 +152,9 @@ class StreamingWorker(RolloutWorker):
 
     def close(self) -> None:
         """Gives back the leases of groups not sent (another worker takes them at once)."""
-        for held in self._groups.values():
+        for lease in self._leases.close().values():
             with contextlib.suppress(LeaseExpiredError):  # it went to another worker
-                self._prompts.nack(held.lease)
+                self._prompts.nack(lease)
         self._groups.clear()
         if self._episodes is not None:
             self._episodes.close()
@@ -173,7 +175,10 @@ class StreamingWorker(RolloutWorker):
             if lease is None:
                 break
             group = PromptGroup.from_bytes(lease.payload)
-            self._groups[group.group_id] = _InFlight(group, lease)
+            self._leases.hold(group.group_id, lease)
+            # A group whose lease ran out (the queue away longer than half a lease) may
+            # come back to this worker still generating it: not submitted twice.
+            self._groups.setdefault(group.group_id, _InFlight(group))
         waiting = [g for g in self._groups.values() if g.submitted_at is None]
         if self._cfg.in_flight_updates and not self._engine.scheduler.idle:
             # Swap between two steps, the sequences in flight keeping their KV cache.
@@ -230,17 +235,6 @@ class StreamingWorker(RolloutWorker):
         held.checked = self._sent % self._cfg.groups_per_batch < self._cfg.logprob_check_groups
         self._sent += 1
 
-    def _renew_leases(self) -> None:
-        """Extends each held group's lease once half of it has gone."""
-        for held in self._groups.values():
-            if held.lease.seconds_left() > self._cfg.lease_s / 2:
-                continue
-            try:
-                held.lease = self._prompts.extend(held.lease, self._cfg.lease_s)
-            except LeaseExpiredError:
-                # Another worker has it now; ours finishes anyway and is dropped by id.
-                continue
-
     # -- results --
 
     def _finish(self, group_id, samples: list[Sample]) -> None:
@@ -277,7 +271,7 @@ class StreamingWorker(RolloutWorker):
             token_versions=[s.versions for s in samples], sampled=sampled,
             end_reasons=[e.reason if e is not None else None for e in endings],
         )  # fmt: skip
-        deliver(self._outbox, self._prompts, result, held.lease)
+        deliver(self._outbox, self._prompts, result, self._leases.release(group_id))
         self.groups_done += 1
         self.samples_done += len(samples)
 

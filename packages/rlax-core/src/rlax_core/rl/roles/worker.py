@@ -30,7 +30,8 @@ from rlax_core.errors import LeaseExpiredError
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
-from rlax_core.rl.roles.loop import LeasingLoop, lease_batch, renewing
+from rlax_core.rl.roles.lease_keeper import renewing
+from rlax_core.rl.roles.loop import LeasingLoop, lease_batch
 from rlax_core.rl.roles.policy_follower import PolicyFollower
 from rlax_core.rl.roles.rollout_groups import deliver, judge_completions, logprob_gaps, pack_group
 from rlax_core.types.lease import Lease
@@ -129,7 +130,10 @@ class InferenceWorker(RolloutWorker):
             return False
         started = time.monotonic()
         groups = [PromptGroup.from_bytes(lease.payload) for lease in leases]
-        if not self._policy.ensure(max(g.min_policy_version for g in groups), stop):
+        # Pulling a large model's weights may outlast a lease: renewed meanwhile.
+        with renewing(self._prompts, leases, self._cfg.lease_s) as leases:
+            ready = self._policy.ensure(max(g.min_policy_version for g in groups), stop)
+        if not ready:
             for lease in leases:
                 self._prompts.nack(lease)
             return False
@@ -187,7 +191,7 @@ class InferenceWorker(RolloutWorker):
         try:
             return self._prompts.extend(lease, self._cfg.lease_s)
         except LeaseExpiredError:
-            return None  # waiting for weights took too long: the group went to another worker
+            return None  # not renewed in time (the queue was away): another worker has it
 
     def _load(self, arrays: Mapping[str, np.ndarray], version: int) -> None:
         self._sampler.set_params(arrays, in_place=True)  # a version never changes
