@@ -9,6 +9,7 @@ import pytest
 
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.generate.paged import Request
+from rlax_core.generate.paged.contiguous import CONTIGUOUS_SHARE
 from rlax_core.generate.paged.engine import Engine
 from rlax_core.models import QwenConfig, flat_params, init_model, replace_params
 
@@ -130,7 +131,7 @@ def test_a_contiguous_burst_samples_what_the_pool_samples(model) -> None:
     runs = {}
     for dense in (False, True):
         engine = Engine(model, slots=4, block_size=4, max_sequence_tokens=64, prefill_chunk=8,
-                        contiguous_bursts=dense)  # fmt: skip
+                        kv_tokens=512, contiguous_bursts=dense)  # fmt: skip
         runs[dense] = engine.generate(PROMPTS, params, seed=6, samples_per_prompt=2,
                                       budgets=budgets), engine  # fmt: skip
     (paged, by_pool), (dense, by_copy) = runs[False], runs[True]
@@ -140,6 +141,19 @@ def test_a_contiguous_burst_samples_what_the_pool_samples(model) -> None:
     assert dense.tokens == paged.tokens and dense.finish_reasons == paged.finish_reasons
     for a, b in zip(dense.policy_logprobs, paged.policy_logprobs, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kv_tokens", [256, 512])
+def test_a_contiguous_copy_holds_at_most_a_quarter_of_the_pool(model, kv_tokens) -> None:
+    """The pool's size bounds the KV memory: a burst whose copy would hold more than a
+    quarter of its blocks reads the pool instead (at 256 tokens, copies of 8 blocks a
+    row would be half the pool)."""
+    params = SamplingParams(max_new_tokens=20, temperature=1.0, stop_token_ids=(7,))
+    engine = Engine(model, slots=4, block_size=4, max_sequence_tokens=64, prefill_chunk=8,
+                    kv_tokens=kv_tokens)  # fmt: skip
+    engine.generate(PROMPTS, params, seed=6, samples_per_prompt=2,
+                    budgets=[20, 3, 9, 1, 17, 5, 12, 20])  # fmt: skip
+    assert engine.peak_contiguous_bytes <= engine.kv_bytes * CONTIGUOUS_SHARE
 
 
 def test_the_tail_runs_only_the_rows_still_decoding(model) -> None:

@@ -26,6 +26,15 @@ CONTIGUOUS_COST = 2
 # or 32 blocks of the ~50M preset) made its bursts slower than reading the pool (the
 # gather leaves the caches, and a burst there ends after a few steps).
 CONTIGUOUS_MOST = 512
+# A copy holds at most this share of the pool's blocks, so that the pool (``kv_tokens``)
+# bounds the engine's KV memory within a quarter: at 16 slots of the ~50M preset a copy
+# of CONTIGUOUS_MOST blocks was as large as the pool's peak and nearly doubled it.
+CONTIGUOUS_SHARE = 1 / 4
+
+
+def most_copied(pool_blocks: int) -> int:
+    """The most blocks (rows × width) a copy holds beside a pool of ``pool_blocks``."""
+    return min(CONTIGUOUS_MOST, int(pool_blocks * CONTIGUOUS_SHARE))
 
 
 def gather_contiguous(pool: jax.Array, tables: jax.Array) -> jax.Array:
@@ -62,9 +71,10 @@ def width_bucket(blocks: int, most: int) -> int:
     return min(most, 1 << (blocks - 1).bit_length())
 
 
-def copy_width(seen: list[int], rows: int, most: int) -> int:
+def copy_width(seen: list[int], rows: int, most: int, most_blocks: int) -> int:
     """The blocks per row of a burst's copy, whose rows see ``seen`` blocks each (``rows``
-    of them, with padding), at most ``most``; 0 where reading the pool costs less."""
+    of them, with padding), at most ``most``; 0 where reading the pool costs less or the
+    copy would hold more than ``most_blocks`` (:func:`most_copied`)."""
     width = width_bucket(max(seen), most)
     copy = rows * width
-    return width if copy <= min(CONTIGUOUS_MOST, CONTIGUOUS_COST * sum(seen)) else 0
+    return width if copy <= min(most_blocks, CONTIGUOUS_COST * sum(seen)) else 0

@@ -48,11 +48,11 @@ from rlax_core.generate.next_token import SamplingParams, choose, draws
 from rlax_core.generate.paged.attention import PagedAttention, paged_attention
 from rlax_core.generate.paged.blocks import SCRATCH_BLOCK, BlockPool
 from rlax_core.generate.paged.contiguous import (
-    CONTIGUOUS_MOST,
     attend_contiguous,
     copy_width,
     extend_contiguous,
     gather_contiguous,
+    most_copied,
     width_bucket,
 )
 from rlax_core.generate.paged.scheduler import (
@@ -323,7 +323,7 @@ class Engine:
             if self.decode_burst > 1:
                 plan = StepPlan(copies=(), decode=(), prefill=(), steps=self.decode_burst)
                 for width in self.width_buckets:
-                    if rows * width <= CONTIGUOUS_MOST:  # else never chosen
+                    if rows * width <= most_copied(self.pool.capacity):  # else never chosen
                         self._run_burst(plan, rows, width)
 
     @property
@@ -343,7 +343,7 @@ class Engine:
         size, steps = self.block_size, plan.steps
         seen = [(row.position + min(steps, row.sample.limit - len(row.sample.tokens)) - 1)
                 // size + 1 for row in plan.decode]  # fmt: skip
-        return copy_width(seen, rows, self.max_blocks)
+        return copy_width(seen, rows, self.max_blocks, most_copied(self.pool.capacity))
 
     def _rows(self, decoding: int) -> int:
         """The decode rows a step without a prefill runs for ``decoding`` sequences."""
