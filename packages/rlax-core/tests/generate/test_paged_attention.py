@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ref_ragged_paged_attention
 
 from rlax_core.generate.paged.attention import TILE_KEYS, paged_attention
+from rlax_core.generate.paged.ragged_kernel import ragged_kernel_attention
 
 HEADS, GROUPS, DIM, BLOCK, NUM_BLOCKS = 2, 3, 8, 4, 64
 
@@ -88,3 +90,37 @@ def test_histories_packed_side_by_side_see_only_their_own_keys(queries: int) -> 
                           packed_positions.reshape(1, -1), 0.3, starts=bounds)  # fmt: skip
     want = dense_reference(q, k_pool, v_pool, tables, positions, 0.3)
     np.testing.assert_allclose(np.asarray(got).reshape(want.shape), want, atol=1e-5, rtol=1e-5)
+
+
+# The ragged paged attention kernel's adapter, the kernel's reference (Pallas's
+# ref_ragged_paged_attention, which runs on the CPU) in the kernel's place.
+
+
+@pytest.mark.parametrize(
+    ("dtype", "atol"),
+    [
+        ("float32", 1e-5),  # both fp32 throughout: accumulation order only
+        ("bfloat16", 3e-2),  # the reference rounds its probabilities to bf16 first
+    ],
+)
+def test_the_kernel_attends_as_the_engine_does_on_decode_rows(dtype: str, atol: float) -> None:
+    """One query a row, unequal lengths, an idle row and a row at its first position."""
+    q, k_pool, v_pool, tables, positions = (
+        a.astype(dtype) if a.dtype == np.float32 else a
+        for a in case(np.random.default_rng(0), 6, 1, [3, 17, 0, 1, 9, 30])
+    )
+    attention = ragged_kernel_attention(ref_ragged_paged_attention)
+    got = np.asarray(attention(q, k_pool, v_pool, tables, positions, 0.3), np.float32)
+    want = np.asarray(paged_attention(q, k_pool, v_pool, tables, positions, 0.3), np.float32)
+    assert got.shape == want.shape == (6, 1, *q.shape[2:])
+    np.testing.assert_allclose(got, want, rtol=0, atol=atol)
+    assert not got[2].any()  # the idle row gets zeros
+
+
+def test_a_prefill_chunk_stays_with_the_engines_attention() -> None:
+    q, k_pool, v_pool, tables, positions = case(np.random.default_rng(1), 1, 8, [21])
+    starts = np.zeros_like(positions)
+    attention = ragged_kernel_attention(ref_ragged_paged_attention)
+    got = attention(q, k_pool, v_pool, tables, positions, 0.3, starts=starts)
+    want = paged_attention(q, k_pool, v_pool, tables, positions, 0.3, starts=starts)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -12,11 +12,12 @@ import pytest
 from rlax_core.config.sections import EngineSection, RolloutSection, StalenessSection
 from rlax_core.errors import TransportError
 from rlax_core.generate import Sampler
+from rlax_core.generate.paged import paged_attention
 from rlax_core.models import QwenConfig, flat_params, init_model
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.rl.algorithms.batch import build_batch
 from rlax_core.rl.roles.loop import POLL_S
-from rlax_core.rl.roles.streaming_worker import StreamingWorker, engine_metrics
+from rlax_core.rl.roles.streaming_worker import StreamingWorker, engine_for, engine_metrics
 from rlax_core.rl.roles.worker import InferenceWorker
 from rlax_core.transport.inproc import InProcTransport
 from rlax_core.types import PromptGroup, RolloutGroup
@@ -337,3 +338,14 @@ def test_recompute_on_swap_needs_in_flight_updates() -> None:
         RolloutSection(engine=_engine(recompute_on_swap=True))
     with pytest.raises(ValueError, match="in_flight_updates needs the rollout engine"):
         RolloutSection(in_flight_updates=True)
+
+
+def test_the_pallas_kernel_is_the_engines_attention_with_contiguous_bursts_off(model) -> None:
+    with pytest.raises(ValueError, match="contiguous bursts would bypass"):
+        _engine(attention="pallas")
+    cfg = RolloutSection(engine=_engine(attention="pallas", contiguous_bursts=False))
+    engine = engine_for(model, cfg, pad_token_id=0)
+    assert engine._attention is not paged_attention  # the kernel's adapter
+    assert engine_for(model, RolloutSection(engine=_engine()), pad_token_id=0)._attention is (
+        paged_attention
+    )

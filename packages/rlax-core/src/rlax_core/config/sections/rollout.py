@@ -55,6 +55,12 @@ class EngineSection(Section):
         "as reading through the block tables on a CPU); off: every step reads the pool "
         "through the block tables (where a kernel does that).",
     )
+    attention: Literal["jax", "pallas"] = Field(
+        default="jax",
+        description="paged: how decode steps read the KV pool. jax: plain JAX, every "
+        "backend; pallas: Pallas's ragged paged attention kernel (TPU; "
+        ":mod:`rlax_core.generate.paged.ragged_kernel`), with contiguous_bursts off.",
+    )
     max_prompt_tokens: int = Field(
         default=2048,
         ge=1,
@@ -82,6 +88,15 @@ class EngineSection(Section):
         "prefill per sequence, so that later tokens see only the new policy's keys). "
         "Default: keep them, as PipelineRL does.",
     )
+
+    @model_validator(mode="after")
+    def _a_kernel_reads_the_pool(self) -> EngineSection:
+        if self.attention == "pallas" and self.contiguous_bursts:
+            raise ValueError(
+                "rollout.engine.attention: pallas reads the pool through its kernel, which "
+                "contiguous bursts would bypass: set rollout.engine.contiguous_bursts: false"
+            )
+        return self
 
 
 class TurnsSection(Section):

@@ -3,6 +3,7 @@
 from rlax_core.generate.paged.attention import PagedAttention, paged_attention
 from rlax_core.generate.paged.blocks import SCRATCH_BLOCK, BlockPool
 from rlax_core.generate.paged.engine import Engine
+from rlax_core.generate.paged.ragged_kernel import ragged_kernel_attention
 from rlax_core.generate.paged.scheduler import (
     DecodeRow,
     PrefillChunk,
@@ -26,4 +27,5 @@ __all__ = [
     "SchedulerStats",
     "StepPlan",
     "paged_attention",
+    "ragged_kernel_attention",
 ]

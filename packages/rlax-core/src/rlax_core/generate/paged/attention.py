@@ -30,8 +30,8 @@ blocks are summed depends on where its pairs fall among the trips, so it can dif
 a rounding with the other rows in flight, as a matmul's can with the batch size.)
 
 This function is the engine's seam for a kernel: anything with its signature can
-replace it (a Pallas ragged paged attention kernel on a TPU or a GPU reads the same
-pool and tables).
+replace it. :mod:`rlax_core.generate.paged.ragged_kernel` puts Pallas's ragged paged
+attention kernel (TPU) there (``rollout.engine.attention: pallas``).
 """
 
 from __future__ import annotations

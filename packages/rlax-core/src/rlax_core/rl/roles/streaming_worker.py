@@ -48,7 +48,8 @@ from rlax_core.config.sections import RolloutSection
 from rlax_core.contracts.environment import Environment
 from rlax_core.errors import ConfigError, LeaseExpiredError
 from rlax_core.generate import Sampler
-from rlax_core.generate.paged import Engine, Request, Sample
+from rlax_core.generate.paged import Engine, Request, Sample, paged_attention
+from rlax_core.generate.paged.ragged_kernel import ragged_kernel_attention
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.tokenizer import Tokenizer
 from rlax_core.rl.roles.episodes import Episodes, environment_verdict
@@ -69,6 +70,7 @@ def engine_for(model: Qwen, rollout: RolloutSection, *, pad_token_id: int) -> En
         kv_tokens=cfg.kv_tokens, prefill_chunk=cfg.prefill_chunk,
         decode_burst=cfg.decode_burst, pad_token_id=pad_token_id,
         contiguous_bursts=cfg.contiguous_bursts,
+        attention=ragged_kernel_attention() if cfg.attention == "pallas" else paged_attention,
     )  # fmt: skip
 
 
