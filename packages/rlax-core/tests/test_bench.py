@@ -184,7 +184,7 @@ def test_the_rollout_suite_names_an_unknown_baseline(
     suites = Path(__file__).resolve().parents[3] / "benchmarks"
     assert main(["bench", "rollout", "--quick", "--dir", str(suites)]) == 2
     err = capsys.readouterr().err
-    assert "sglang" in err and "static, vllm, transformers, paged" in err
+    assert "sglang" in err and "static, vllm, vllm-slots, transformers, paged" in err
 
 
 def test_the_rollout_suite_names_a_bad_count(
