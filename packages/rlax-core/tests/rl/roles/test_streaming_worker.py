@@ -157,11 +157,11 @@ def test_a_group_whose_lease_ran_out_mid_generation_is_generated_once(model, tok
     worker = StreamingWorker(
         "w", model=model, tokenizer=tokenizer, judge=None, store=transport.parameter_store(),
         prompts=prompts, outbox=transport.queue("rollouts"), seed=3, stop_token_ids=(),
-        rollout=RolloutSection(max_new_tokens=12, lease_s=0.3, engine=_engine()),
+        rollout=RolloutSection(max_new_tokens=12, lease_s=1.0, engine=_engine()),
         staleness=StalenessSection(),
     )  # fmt: skip
     worker.step(threading.Event())  # both leased and submitted
-    time.sleep(0.4)  # both leases run out
+    time.sleep(1.2)  # both leases run out
     assert transport.queue("prompts").stats().ready == 2
     prompts.away.clear()
     while worker.groups_done < 2:
@@ -177,9 +177,9 @@ def test_groups_waiting_for_weights_longer_than_a_lease_stay_leased(model, token
     model's pull): their leases are renewed while the worker waits, so none goes back."""
     transport = _setup(model, 2, min_version=1)
     worker = _worker(StreamingWorker, model, tokenizer, transport, engine=_engine(),
-                     lease_s=0.6)  # fmt: skip
+                     lease_s=1.0)  # fmt: skip
     store = transport.parameter_store()
-    publish = threading.Timer(1.8, store.publish, (1, dict(flat_params(model))))
+    publish = threading.Timer(3.0, store.publish, (1, dict(flat_params(model))))
     publish.daemon = True
     publish.start()
     prompts = transport.queue("prompts")
