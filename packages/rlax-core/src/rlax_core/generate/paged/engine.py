@@ -89,8 +89,7 @@ class Engine:
         decode_burst: the most decode steps run in one call to the device (1: one at a
             time).
         pad_token_id: the token fed to idle slots.
-        attention: the paged attention (a kernel may replace the JAX one:
-            :func:`~rlax_core.generate.paged.ragged_kernel.ragged_kernel_attention`).
+        attention: the paged attention (a kernel may replace it: ``ragged_kernel_attention``).
         top_logprobs: per sampled token, also record the ids and policy log-probabilities
             of this many most likely tokens (``Sample.top_logprobs``; what an
             OpenAI-compatible endpoint reports); 0: none, and nothing is computed.
