@@ -23,7 +23,7 @@ from rlax_core.run_dir.checkpoints import COMMITTED
 from rlax_core.run_dir.metrics import MetricsFileError, read_metrics
 from rlax_core.storage import storage_path
 from rlax_core.testing.object_stores import ObjectStore, start_fake_gcs, start_moto_s3
-from rlax_core.testing.processes import rlax
+from rlax_core.testing.processes import paused, rlax
 from rlax_core.testing.run_configs import small_run_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,10 +91,11 @@ def _kill_after(process: subprocess.Popen, store: ObjectStore, run_dir: str) -> 
     while time.monotonic() < deadline:
         if process.poll() is not None:
             pytest.fail(f"the run ended before step 3: {process.stderr.read()[-3000:]}")
-        if _committed(store, run_dir, 2) and _logged(run_dir, 3):
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()
-            return read_metrics(run_dir)[-1]["step"]
+        with paused(process):  # a bucket read takes a while: the run waits for it
+            if _committed(store, run_dir, 2) and _logged(run_dir, 3):
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+                return read_metrics(run_dir)[-1]["step"]
         time.sleep(0.2)
     process.kill()
     pytest.fail("the run never reached step 3 in the bucket")

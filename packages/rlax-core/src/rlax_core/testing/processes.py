@@ -1,4 +1,5 @@
-"""Real ``rlax`` processes for tests: start one, start the parameter server, stop one."""
+"""Real ``rlax`` processes for tests: start one, start the parameter server, pause one,
+stop one."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,19 @@ def serve(config: Path) -> subprocess.Popen:
             pytest.fail(f"rlax serve exited {server.returncode}: {server.stderr.read()[-3000:]}")
     server.kill()
     pytest.fail(f"rlax serve did not start within {SERVE_TIMEOUT_S} s")
+
+
+@contextmanager
+def paused(process: subprocess.Popen) -> Iterator[None]:
+    """The process held still (SIGSTOP) for the block, then let go (SIGCONT) unless it was
+    killed meanwhile: a test that inspects a run's state before killing it kills the
+    state it inspected, however slow the inspection (a bucket read) is."""
+    process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
 
 
 def stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
