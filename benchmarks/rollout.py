@@ -28,15 +28,17 @@ Per workload and number of slots (16 and 64):
 * the same useful tokens/s beside the engine with contiguous bursts off
   (``contiguous_bursts=False``: every decode step reads the pool through the block
   tables), in the same run: what the contiguous copies gain or cost on each workload;
-* the KV cache's peak bytes: the engine's blocks in use at its peak and the largest
-  contiguous copy a decode burst gathered (counted as if the two peaks met), beside the
-  static sampler's largest batch cache (the engine's pool holds every slot at 512 tokens
-  and a prompt more; its preemptions are in the notes).
+* the KV cache's peak bytes: the most the engine held at once, its pool's blocks in use
+  during a call and the contiguous copy that call gathered (the pool's peak and the
+  largest copy, counted as if they met, are in the notes), beside the static sampler's
+  largest batch cache (the engine's pool holds every slot at 512 tokens and a prompt
+  more; its preemptions are in the notes).
 
 ``RLAX_BENCH_ROLLOUT_PROMPTS`` runs fewer prompts than 256 (the static baselines at 16
 slots take the longest: each batch runs to its longest completion).
 ``RLAX_BENCH_ROLLOUT_SLOTS`` runs other numbers of slots (multiples of 4, e.g. ``256``,
 vLLM's own number of sequences in flight, against which the engine runs at 16 and 64).
+``RLAX_BENCH_ROLLOUT_WORKLOADS`` runs one of the workloads (``long-tailed`` or ``equal``).
 ``RLAX_BENCH_ROLLOUT_BASELINES`` runs some of the baselines (``static``, ``vllm``,
 ``vllm-slots``, ``transformers``, ``paged``; e.g. ``static,vllm``), each with the engine
 run again beside it: the
@@ -66,6 +68,7 @@ PROMPT_TOKENS = 32
 # it is named, and run there.
 VLLM_MODULE = "benchmarks._vllm_generate"
 BASELINES = ("static", "vllm", "vllm-slots", "transformers", "paged")
+WORKLOADS = ("long-tailed", "equal")
 
 
 def lognormal_budgets(count: int, *, median: int, cap: int, seed: int = 0) -> list[int]:
@@ -120,18 +123,16 @@ def _engine(
     engine.warm_up()
     engine.launches_by_rows.clear()
     engine.bursts_by_width.clear()
-    engine.peak_contiguous_bytes = 0
     started = time.perf_counter()
     engine.generate(prompts, params, seed=0, samples_per_prompt=SAMPLES, budgets=budgets)
     seconds = time.perf_counter() - started
     block_bytes = engine.block_size * _kv_bytes_per_token(model.config)
-    # The blocks in use at the pool's peak, and the largest contiguous copy a burst held
-    # beside them (counted as if both peaks met).
-    kv = engine.pool.peak_used * block_bytes + engine.peak_contiguous_bytes
+    apart = engine.pool.peak_used * block_bytes + engine.peak_contiguous_bytes
     launches = {"launches_by_decode_rows": dict(sorted(engine.launches_by_rows.items())),
                 "bursts_by_contiguous_width": dict(sorted(engine.bursts_by_width.items())),
-                "peak_contiguous_copy_bytes": engine.peak_contiguous_bytes}  # fmt: skip
-    return seconds, kv, engine.scheduler.stats, launches
+                "peak_contiguous_copy_bytes": engine.peak_contiguous_bytes,
+                "peak_pool_and_largest_copy_bytes": apart}  # fmt: skip
+    return seconds, engine.peak_kv_bytes, engine.scheduler.stats, launches
 
 
 def prompt_count(quick: bool) -> int:
@@ -154,10 +155,13 @@ def run(bench: Bench) -> None:
     vllm_python = side_python("vllm-venv.sh") if baselines & {"vllm", "vllm-slots"} else None
     rng = np.random.default_rng(1)
     prompts = rng.integers(0, config.vocab_size, (count, PROMPT_TOKENS)).tolist()
+    chosen = chosen_parts("RLAX_BENCH_ROLLOUT_WORKLOADS", WORKLOADS)
     workloads = {
         "long-tailed": lognormal_budgets(count * SAMPLES, median=median, cap=cap),
         "equal lengths": [median] * (count * SAMPLES),
     }
+    workloads = {name: budgets for name, budgets in workloads.items()
+                 if name.split()[0] in chosen}  # fmt: skip
     bench.notes.update(params=config.num_params(), prompts=count, samples=SAMPLES,
                        jax=jax.__version__)  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:

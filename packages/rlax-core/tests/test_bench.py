@@ -171,20 +171,28 @@ def test_the_rollout_suite_runs_quickly(tmp_path: Path) -> None:
         assert paged["subject"] == speed["subject"] and paged["baseline"] > 0
         kv = rows[f"{workload}, 4 slots: peak KV cache bytes"]
         assert kv["subject"] > 0 < kv["baseline"]
-        assert 0 < report["notes"][f"{workload}, 4 slots"]["slot_occupancy"] <= 1
+        notes = report["notes"][f"{workload}, 4 slots"]
+        assert kv["subject"] <= notes["peak_pool_and_largest_copy_bytes"]  # held at once
+        assert 0 < notes["slot_occupancy"] <= 1
     assert report["notes"]["long-tailed useful tokens"] > report["notes"]["prompts"]
 
 
-def test_the_rollout_suite_names_an_unknown_baseline(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+@pytest.mark.parametrize(
+    ("variable", "value", "listed"),
+    [("RLAX_BENCH_ROLLOUT_BASELINES", "static,sglang",
+      "static, vllm, vllm-slots, transformers, paged"),
+     ("RLAX_BENCH_ROLLOUT_WORKLOADS", "equal,sglang", "long-tailed, equal")],
+)  # fmt: skip
+def test_the_rollout_suite_names_an_unknown_part(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, variable, value, listed
 ) -> None:
-    """``RLAX_BENCH_ROLLOUT_BASELINES`` with a baseline that does not exist: a clean error
-    that lists the ones there are, before anything runs."""
-    monkeypatch.setenv("RLAX_BENCH_ROLLOUT_BASELINES", "static,sglang")
+    """A baseline or a workload that does not exist: a clean error that lists the ones
+    there are, before anything runs."""
+    monkeypatch.setenv(variable, value)
     suites = Path(__file__).resolve().parents[3] / "benchmarks"
     assert main(["bench", "rollout", "--quick", "--dir", str(suites)]) == 2
     err = capsys.readouterr().err
-    assert "sglang" in err and "static, vllm, vllm-slots, transformers, paged" in err
+    assert "sglang" in err and listed in err
 
 
 def test_the_rollout_suite_names_a_bad_count(

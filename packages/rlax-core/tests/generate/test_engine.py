@@ -9,6 +9,7 @@ import pytest
 
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.generate.paged import Request
+from rlax_core.generate.paged.contiguous import MIN_COPY_STEPS
 from rlax_core.generate.paged.engine import Engine
 from rlax_core.models import QwenConfig, flat_params, init_model, replace_params
 
@@ -130,7 +131,7 @@ def test_a_contiguous_burst_samples_what_the_pool_samples(model) -> None:
     runs = {}
     for dense in (False, True):
         engine = Engine(model, slots=4, block_size=4, max_sequence_tokens=64, prefill_chunk=8,
-                        kv_tokens=512, contiguous_bursts=dense)  # fmt: skip
+                        kv_tokens=512, decode_burst=8, contiguous_bursts=dense)  # fmt: skip
         runs[dense] = engine.generate(PROMPTS, params, seed=6, samples_per_prompt=2,
                                       budgets=budgets), engine  # fmt: skip
     (paged, by_pool), (dense, by_copy) = runs[False], runs[True]
@@ -140,6 +141,29 @@ def test_a_contiguous_burst_samples_what_the_pool_samples(model) -> None:
     assert dense.tokens == paged.tokens and dense.finish_reasons == paged.finish_reasons
     for a, b in zip(dense.policy_logprobs, paged.policy_logprobs, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def test_a_burst_about_to_end_reads_the_pool(model) -> None:
+    """A burst that stops at its first finish (others wait for a slot) and whose nearest
+    finish is fewer than ``MIN_COPY_STEPS`` tokens away gathers no contiguous copy: the
+    gather would cost more than those steps save. Bursts with longer to run still do."""
+    engine = Engine(model, slots=4, block_size=4, max_sequence_tokens=64, prefill_chunk=16,
+                    kv_tokens=512)  # fmt: skip
+    chosen = []  # (steps the burst is expected to run, its copy's width)
+    run_burst = engine._run_burst
+
+    def spy(plan, rows, width):
+        left = [row.sample.limit - len(row.sample.tokens) for row in plan.decode]
+        chosen.append((min(left) if plan.until_finish else max(left), width))
+        return run_burst(plan, rows, width)
+
+    engine._run_burst = spy
+    params = SamplingParams(max_new_tokens=24, temperature=1.0)
+    budgets = [24, 2, 24, 3, 24, 2, 24, 4, 24, 24, 24, 24]  # short ones end soon, others wait
+    engine.generate([[5, 17, 21, 33]] * 12, params, seed=2, budgets=budgets)
+    short = [width for expected, width in chosen if expected < MIN_COPY_STEPS]
+    assert short and set(short) == {0}
+    assert any(width for expected, width in chosen if expected >= MIN_COPY_STEPS)
 
 
 @pytest.mark.parametrize("kv_tokens", [96, 512])
@@ -154,6 +178,10 @@ def test_a_contiguous_copy_never_outgrows_the_pool(model, kv_tokens) -> None:
                     budgets=[20, 3, 9, 1, 17, 5, 12, 20])  # fmt: skip
     block_bytes = engine.kv_bytes // engine.pool.num_blocks
     assert engine.peak_contiguous_bytes <= engine.pool.capacity * block_bytes
+    # What a call held at once: the blocks in use and its copy, within twice the pool.
+    apart = engine.pool.peak_used * block_bytes + engine.peak_contiguous_bytes
+    assert engine.peak_contiguous_bytes < engine.peak_kv_bytes <= apart
+    assert engine.peak_kv_bytes <= 2 * engine.pool.capacity * block_bytes
 
 
 def test_the_tail_runs_only_the_rows_still_decoding(model) -> None:
@@ -201,7 +229,9 @@ def _swap_mid_flight(model, newer, params: SamplingParams, *, recompute: bool = 
     """Two requests of two samples on two slots, ``newer`` weights (version 1) taken
     between two steps once six tokens are sampled (and the keys recomputed, if asked);
     the engine and every request's samples."""
-    engine = Engine(model, slots=2, block_size=4, max_sequence_tokens=64, prefill_chunk=8)
+    engine = Engine(
+        model, slots=2, block_size=4, max_sequence_tokens=64, prefill_chunk=8, decode_burst=4
+    )  # a burst shorter than a budget: the swap lands mid-way
     requests = [Request(i, tuple(p), seeds=(i, i + 10), max_new_tokens=10)
                 for i, p in enumerate(PROMPTS[:2])]  # fmt: skip
     engine.submit(requests, params)

@@ -40,7 +40,7 @@ class EngineSection(Section):
         "a chunk).",
     )
     decode_burst: int = Field(
-        default=8,
+        default=16,
         ge=1,
         le=1024,
         description="paged: most decode steps run in one call to the device while no prompt "

@@ -108,7 +108,7 @@ class Engine:
         max_sequence_tokens: int = 4096,
         kv_tokens: int | None = None,
         prefill_chunk: int = 128,
-        decode_burst: int = 8,
+        decode_burst: int = 16,
         pad_token_id: int = 0,
         attention: PagedAttention = paged_attention,
         top_logprobs: int = 0,
@@ -144,6 +144,7 @@ class Engine:
         self.contiguous_bursts = contiguous_bursts
         self.bursts_by_width: Counter[int] = Counter()  # contiguous blocks a row (0: paged)
         self.peak_contiguous_bytes = 0  # the largest contiguous copy a burst held, all layers
+        self.peak_kv_bytes = 0  # the most a call held: the pool's blocks in use and its copy
         self._stop_width = 1  # stop tokens per row a burst checks (a power of two)
         self._traces = 0
         self.launches_by_rows: Counter[int] = Counter()  # decode rows run → calls
@@ -336,14 +337,11 @@ class Engine:
         return (0, *sorted({width_bucket(n, most) for n in range(1, most + 1)}))
 
     def _contiguous_width(self, plan: StepPlan, rows: int) -> int:
-        """A burst's contiguous copy's blocks per row, or 0 where reading the pool costs
-        less (the rows' contexts are unequal: the copy would be mostly padding)."""
+        """A burst's contiguous copy's blocks per row, or 0 where it reads the pool."""
         if not self.contiguous_bursts or not plan.decode:
             return 0
-        size, steps = self.block_size, plan.steps
-        seen = [(row.position + min(steps, row.sample.limit - len(row.sample.tokens)) - 1)
-                // size + 1 for row in plan.decode]  # fmt: skip
-        return copy_width(seen, rows, self.max_blocks, most_copied(self.pool.capacity))
+        most_blocks = most_copied(self.pool.capacity)
+        return copy_width(plan, rows, self.block_size, self.max_blocks, most_blocks)
 
     def _rows(self, decoding: int) -> int:
         """The decode rows a step without a prefill runs for ``decoding`` sequences."""
@@ -353,8 +351,13 @@ class Engine:
         """Runs one planned step (or burst); returns per decode row the (token, behaviour,
         policy log-prob) of each decode step it ran."""
         rows = self.slots if plan.prefill else self._rows(len(plan.decode))
+        width = self._contiguous_width(plan, rows) if plan.steps > 1 else 0
+        block_bytes = self.kv_bytes // self.pool.num_blocks  # every layer's keys and values
+        copied = rows * width * block_bytes
+        self.peak_contiguous_bytes = max(self.peak_contiguous_bytes, copied)
+        self.peak_kv_bytes = max(self.peak_kv_bytes, self.pool.used * block_bytes + copied)
         if plan.steps > 1:
-            return self._run_burst(plan, rows, self._contiguous_width(plan, rows))
+            return self._run_burst(plan, rows, width)
         return self._run_step(plan, rows)
 
     def _run_step(self, plan: StepPlan, rows: int) -> list[list[tuple[int, float, float]]]:
@@ -410,8 +413,6 @@ class Engine:
             raise ValueError(f"a burst of {plan.steps} steps; this engine runs {self.decode_burst}")
         self.launches_by_rows[rows] += 1
         self.bursts_by_width[width] += 1
-        block_bytes = self.kv_bytes // self.pool.num_blocks  # every layer's keys and values
-        self.peak_contiguous_bytes = max(self.peak_contiguous_bytes, rows * width * block_bytes)
         tokens = np.full(rows, self._pad, np.int32)
         positions = np.full(rows, -1, np.int32)
         tables = np.full((rows, self.max_blocks), SCRATCH_BLOCK, np.int32)
