@@ -33,6 +33,7 @@ CONTIGUOUS_MOST = 512
 # preset the long tail's KV came to 2.6x fewer bytes than the static sampler's, but equal
 # lengths, whose pool holds just their tokens, were left no copy and ran at 0.83x the
 # static sampler's tokens/s. Turn contiguous_bursts off for the tightest memory.)
+
 # A burst expected to run fewer steps than this reads the pool: gathering the copy costs
 # what two or three steps save (the ~50M preset on a CPU: at 64 rows × 6 blocks a
 # 29 ms gather against 17 ms saved a step, at 16 rows × 32 blocks 56 ms against 18 ms),
