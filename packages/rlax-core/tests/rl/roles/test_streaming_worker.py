@@ -117,14 +117,14 @@ def test_a_group_goes_out_when_its_samples_finish_not_with_a_batch(model, tokeni
 
 def test_leases_of_groups_still_generating_are_renewed(model, tokenizer) -> None:
     transport = _setup(model, 1)
-    worker = _worker(StreamingWorker, model, tokenizer, transport, engine=_engine(),
-                     lease_s=0.6, max_new_tokens=40)  # fmt: skip
+    worker = _worker(StreamingWorker, model, tokenizer, transport, stop=(),
+                     engine=_engine(decode_burst=4), lease_s=1.0, max_new_tokens=40)  # fmt: skip
     worker.step(threading.Event())
     started = time.monotonic()
     while worker.groups_done == 0:
-        time.sleep(0.05)  # a slow engine: the group takes longer than its lease
+        time.sleep(0.15)  # a slow engine: the group takes longer than its lease
         worker.step(threading.Event())
-    assert time.monotonic() - started > 0.6
+    assert time.monotonic() - started > 1.0
     # Never handed out again: the lease was renewed in time, then acked.
     stats = transport.queue("prompts").stats()
     assert (stats.ready, stats.leased) == (0, 0)
