@@ -39,16 +39,22 @@ slots take the longest: each batch runs to its longest completion).
 ``RLAX_BENCH_ROLLOUT_SLOTS`` runs other numbers of slots (multiples of 4, e.g. ``256``,
 vLLM's own number of sequences in flight, against which the engine runs at 16 and 64).
 ``RLAX_BENCH_ROLLOUT_WORKLOADS`` runs one of the workloads (``long-tailed`` or ``equal``).
+``RLAX_BENCH_ROLLOUT_ROUNDS`` runs the engine and the baselines in this process (the
+static sampler, the engine reading the pool) that many times each, taking turns, and
+records each side's median (every round's seconds are in the notes); the side venvs'
+engines run once, against the engine's median.
 ``RLAX_BENCH_ROLLOUT_BASELINES`` runs some of the baselines (``static``, ``vllm``,
-``vllm-slots``, ``transformers``, ``paged``; e.g. ``static,vllm``), each with the engine
-run again beside it: the
-whole table at 256 prompts takes hours here, and a ratio needs both sides of one run.
+``vllm-slots``, ``transformers``, ``paged``; e.g. ``static,vllm``), beside the engine in
+the same run: the whole table at 256 prompts takes hours here, and a ratio needs both
+sides of one run.
 """
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -82,57 +88,93 @@ def _kv_bytes_per_token(config: QwenConfig) -> int:
     return config.num_layers * 2 * config.num_kv_heads * config.head_dim * width
 
 
-def _static(model, prompts: list[list[int]], budgets: list[int], batch: int) -> tuple[float, int]:
-    """(seconds, peak KV bytes) of the static sampler over the workload, warm."""
-    sampler = Sampler(model)
-    groups = batch // SAMPLES
-    batches = []
-    for start in range(0, len(prompts), groups):
-        chunk = budgets[start * SAMPLES : (start + groups) * SAMPLES]
-        batches.append((prompts[start : start + groups], chunk, bucket_length(max(chunk))))
-    real = flat_params(model)
-    sampler.set_params({name: np.zeros_like(a) for name, a in real.items()})
-    for shape in sorted({(len(p), m) for p, _, m in batches}):  # every shape, one step each
-        warm = SamplingParams(max_new_tokens=shape[1], temperature=0.0, stop_token_ids=(0,))
-        sampler.generate(prompts[: shape[0]], warm, seed=0, samples_per_prompt=SAMPLES)
-    sampler.set_params(real)
-    padded, width = sampler.bucket_shape(groups, PROMPT_TOKENS)
-    kv = max(padded * SAMPLES * (width + m) for _, _, m in batches)
-    started = time.perf_counter()
-    for group_prompts, _, longest in batches:
-        params = SamplingParams(max_new_tokens=longest, temperature=1.0)
-        sampler.generate(group_prompts, params, seed=0, samples_per_prompt=SAMPLES)
-    return time.perf_counter() - started, kv * _kv_bytes_per_token(model.config)
+class _StaticRun:
+    """Today's static sampler over the workload in batches of ``batch`` completions,
+    every shape compiled at construction; a call generates it all once, in seconds."""
+
+    def __init__(self, model, prompts: list[list[int]], budgets: list[int], batch: int) -> None:
+        self._sampler = sampler = Sampler(model)
+        groups = batch // SAMPLES
+        self._batches = []
+        for start in range(0, len(prompts), groups):
+            chunk = budgets[start * SAMPLES : (start + groups) * SAMPLES]
+            self._batches.append((prompts[start : start + groups], bucket_length(max(chunk))))
+        real = flat_params(model)
+        sampler.set_params({name: np.zeros_like(a) for name, a in real.items()})
+        for shape in sorted({(len(p), m) for p, m in self._batches}):  # one step each
+            warm = SamplingParams(max_new_tokens=shape[1], temperature=0.0, stop_token_ids=(0,))
+            sampler.generate(prompts[: shape[0]], warm, seed=0, samples_per_prompt=SAMPLES)
+        sampler.set_params(real)
+        padded, width = sampler.bucket_shape(groups, PROMPT_TOKENS)
+        most = max(padded * SAMPLES * (width + m) for _, m in self._batches)
+        self.kv_bytes = most * _kv_bytes_per_token(model.config)  # the largest batch's cache
+
+    def __call__(self) -> float:
+        started = time.perf_counter()
+        for group_prompts, longest in self._batches:
+            params = SamplingParams(max_new_tokens=longest, temperature=1.0)
+            self._sampler.generate(group_prompts, params, seed=0, samples_per_prompt=SAMPLES)
+        return time.perf_counter() - started
 
 
-def _engine(
-    model, prompts: list[list[int]], budgets: list[int], slots: int, *, contiguous: bool = True
-) -> tuple[float, int, SchedulerStats, dict]:
-    """(seconds, peak KV bytes, the scheduler's counters, its calls by decode rows run
-    and its bursts by contiguous width) of the engine over the workload, warm;
+class _EngineRun:
+    """The engine over the workload, every shape compiled at construction; a call
+    generates it all once, in seconds, and leaves that call's counters in :meth:`notes`.
     ``contiguous``: its contiguous bursts on or off."""
-    cap = max(budgets)
-    longest = PROMPT_TOKENS + cap
-    # Room for every slot at up to 512 tokens (not at the longest), and a prompt's worth
-    # more per slot for the blocks of prompts waiting for their samples to start.
-    kv_tokens = slots * (min(longest, 512) + PROMPT_TOKENS)
-    engine = Engine(model, slots=slots, block_size=16, max_sequence_tokens=longest,
-                    kv_tokens=kv_tokens, prefill_chunk=128,
-                    contiguous_bursts=contiguous)  # fmt: skip
-    params = SamplingParams(max_new_tokens=cap, temperature=1.0)
-    engine.warm_up()
-    engine.launches_by_rows.clear()
-    engine.bursts_by_width.clear()
-    started = time.perf_counter()
-    engine.generate(prompts, params, seed=0, samples_per_prompt=SAMPLES, budgets=budgets)
-    seconds = time.perf_counter() - started
-    block_bytes = engine.block_size * _kv_bytes_per_token(model.config)
-    apart = engine.pool.peak_used * block_bytes + engine.peak_contiguous_bytes
-    launches = {"launches_by_decode_rows": dict(sorted(engine.launches_by_rows.items())),
+
+    def __init__(
+        self, model, prompts: list[list[int]], budgets: list[int], slots: int,
+        *, contiguous: bool = True,
+    ) -> None:  # fmt: skip
+        self._prompts, self._budgets, cap = prompts, budgets, max(budgets)
+        longest = PROMPT_TOKENS + cap
+        # Room for every slot at up to 512 tokens (not at the longest), and a prompt's worth
+        # more per slot for the blocks of prompts waiting for their samples to start.
+        kv_tokens = slots * (min(longest, 512) + PROMPT_TOKENS)
+        self.engine = Engine(model, slots=slots, block_size=16, max_sequence_tokens=longest,
+                             kv_tokens=kv_tokens, prefill_chunk=128,
+                             contiguous_bursts=contiguous)  # fmt: skip
+        self._params = SamplingParams(max_new_tokens=cap, temperature=1.0)
+        self.engine.warm_up()
+
+    def __call__(self) -> float:
+        engine = self.engine
+        engine.launches_by_rows.clear()
+        engine.bursts_by_width.clear()
+        engine.scheduler.stats = SchedulerStats()
+        started = time.perf_counter()
+        engine.generate(self._prompts, self._params, seed=0, samples_per_prompt=SAMPLES,
+                        budgets=self._budgets)  # fmt: skip
+        return time.perf_counter() - started
+
+    @property
+    def kv_bytes(self) -> int:
+        """The most KV memory a call held at once (the pool's blocks in use and its copy)."""
+        return self.engine.peak_kv_bytes
+
+    def notes(self) -> dict:
+        """The last call's counters: steps, launches by decode rows and bursts by
+        contiguous width, preemptions, slot occupancy, and the copies' peak bytes."""
+        engine, stats = self.engine, self.engine.scheduler.stats
+        block_bytes = engine.block_size * _kv_bytes_per_token(engine.config)
+        apart = engine.pool.peak_used * block_bytes + engine.peak_contiguous_bytes
+        return {"engine_steps": stats.steps, "engine_launches": stats.launches,
+                "preemptions": stats.preemptions,
+                "slot_occupancy": stats.busy_slot_steps / (stats.steps * engine.slots),
+                "launches_by_decode_rows": dict(sorted(engine.launches_by_rows.items())),
                 "bursts_by_contiguous_width": dict(sorted(engine.bursts_by_width.items())),
                 "peak_contiguous_copy_bytes": engine.peak_contiguous_bytes,
                 "peak_pool_and_largest_copy_bytes": apart}  # fmt: skip
-    return seconds, engine.peak_kv_bytes, engine.scheduler.stats, launches
+
+
+def _rounds(runs: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Each run's seconds over ``rounds`` rounds, the runs taking turns within a round,
+    so that the machine's noise falls on every side alike."""
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            seconds[name].append(run())
+    return seconds
 
 
 def prompt_count(quick: bool) -> int:
@@ -149,6 +191,7 @@ def run(bench: Bench) -> None:
     slot_counts = chosen_counts("RLAX_BENCH_ROLLOUT_SLOTS", (4,) if quick else (16, 64),
                                 multiple_of=SAMPLES)  # fmt: skip
     baselines = chosen_parts("RLAX_BENCH_ROLLOUT_BASELINES", BASELINES)
+    rounds = chosen_counts("RLAX_BENCH_ROLLOUT_ROUNDS", (1,))[0]
     if quick:  # no side venvs
         baselines &= {"static", "paged"}
     torch_python = side_python("torch-venv.sh") if "transformers" in baselines else None
@@ -163,7 +206,7 @@ def run(bench: Bench) -> None:
     workloads = {name: budgets for name, budgets in workloads.items()
                  if name.split()[0] in chosen}  # fmt: skip
     bench.notes.update(params=config.num_params(), prompts=count, samples=SAMPLES,
-                       jax=jax.__version__)  # fmt: skip
+                       rounds=rounds, jax=jax.__version__)  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = Path(tmp) / "checkpoint"
         save_pretrained(init_model(config, seed=0), checkpoint)
@@ -178,21 +221,23 @@ def run(bench: Bench) -> None:
                 vllm = side_engine(vllm_python, VLLM_MODULE, [], checkpoint, job)
                 bench.notes[f"{workload}, vLLM"] = {k: v for k, v in vllm.items() if k != "seconds"}
             for slots in slot_counts:
-                ours, our_kv, stats, launches = _engine(model, prompts, budgets, slots)
                 label = f"{workload}, {slots} slots"
-                occupancy = stats.busy_slot_steps / (stats.steps * slots)
-                bench.notes[label] = {"engine_steps": stats.steps,
-                                      "engine_launches": stats.launches,
-                                      "preemptions": stats.preemptions,
-                                      "slot_occupancy": occupancy,
-                                      **launches}  # fmt: skip
+                runs: dict[str, Callable[[], float]] = {
+                    "engine": (ours := _EngineRun(model, prompts, budgets, slots))
+                }
+                if "static" in baselines:
+                    runs["static"] = static = _StaticRun(model, prompts, budgets, slots)
+                if "paged" in baselines:
+                    runs["paged"] = _EngineRun(model, prompts, budgets, slots, contiguous=False)
+                seconds = _rounds(runs, rounds)
+                bench.notes[label] = {**ours.notes(), "seconds_by_round": seconds}
+                median = {name: statistics.median(times) for name, times in seconds.items()}
                 # (the row's name after "useful tokens/s", the baseline, its seconds)
                 rows = []
                 if "static" in baselines:
-                    theirs, their_kv = _static(model, prompts, budgets, slots)
-                    rows.append(("", f"static sampler, batches of {slots}", theirs))
-                    bench.record(f"{label}: peak KV cache bytes", subject=our_kv,
-                                 baseline=their_kv, unit="bytes", higher_is_better=False,
+                    rows.append(("", f"static sampler, batches of {slots}", median["static"]))
+                    bench.record(f"{label}: peak KV cache bytes", subject=ours.kv_bytes,
+                                 baseline=static.kv_bytes, unit="bytes", higher_is_better=False,
                                  baseline_label=f"static sampler, batches of {slots}")  # fmt: skip
                 if vllm is not None:
                     rows.append((" vs vLLM", "vLLM CPU, continuous batching", vllm["seconds"]))
@@ -206,14 +251,15 @@ def run(bench: Bench) -> None:
                                  f"vLLM CPU, continuous batching over {slots} sequences",
                                  same["seconds"]))  # fmt: skip
                 if "paged" in baselines:
-                    theirs, *_ = _engine(model, prompts, budgets, slots, contiguous=False)
-                    rows.append((" vs paged reads", "the engine, contiguous bursts off", theirs))
+                    rows.append((" vs paged reads", "the engine, contiguous bursts off",
+                                 median["paged"]))  # fmt: skip
                 if torch_python is not None:
                     hf = side_engine(torch_python, _hf_reference, ["rollout"], checkpoint,
                                      {**job, "batch": slots})  # fmt: skip
                     rows.append((" vs transformers", f"transformers generate, batches of {slots}",
                                  hf["seconds"]))  # fmt: skip
-                for suffix, baseline, seconds in rows:
-                    bench.record(f"{label}: useful tokens/s{suffix}", subject=useful / ours,
-                                 baseline=useful / seconds, unit="tokens/s",
+                for suffix, baseline, theirs in rows:
+                    bench.record(f"{label}: useful tokens/s{suffix}",
+                                 subject=useful / median["engine"],
+                                 baseline=useful / theirs, unit="tokens/s",
                                  higher_is_better=True, baseline_label=baseline)  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -159,9 +160,10 @@ def test_the_scale_suite_runs_quickly(tmp_path: Path) -> None:
     assert floor["subject"] < 1e-5 and floor["baseline"] == check["subject"]
 
 
-def test_the_rollout_suite_runs_quickly(tmp_path: Path) -> None:
+def test_the_rollout_suite_runs_quickly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`rlax bench rollout --quick`: the engine beside the static sampler and beside itself
-    with contiguous bursts off, both workloads."""
+    with contiguous bursts off, both workloads, in two rounds whose medians are the rows."""
+    monkeypatch.setenv("RLAX_BENCH_ROLLOUT_ROUNDS", "2")
     report = _quick_report("rollout", tmp_path)
     rows = {r["name"]: r for r in report["results"]}
     for workload in ("long-tailed", "equal lengths"):
@@ -174,6 +176,11 @@ def test_the_rollout_suite_runs_quickly(tmp_path: Path) -> None:
         notes = report["notes"][f"{workload}, 4 slots"]
         assert kv["subject"] <= notes["peak_pool_and_largest_copy_bytes"]  # held at once
         assert 0 < notes["slot_occupancy"] <= 1
+        rounds = notes["seconds_by_round"]
+        assert sorted(rounds) == ["engine", "paged", "static"]
+        assert all(len(seconds) == 2 for seconds in rounds.values())
+        useful = report["notes"][f"{workload} useful tokens"]
+        assert speed["baseline"] == pytest.approx(useful / statistics.median(rounds["static"]))
     assert report["notes"]["long-tailed useful tokens"] > report["notes"]["prompts"]
 
 
