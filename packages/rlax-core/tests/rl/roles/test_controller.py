@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -12,6 +13,16 @@ from rlax_core.errors import RlaxError
 from rlax_core.rl.roles.controller import Controller
 from rlax_core.transport.inproc import InProcTransport
 from rlax_core.types import PromptGroup, Rollout, RolloutGroup
+
+_made: list[Controller] = []
+
+
+@pytest.fixture(autouse=True)
+def _closed() -> Iterator[None]:
+    """Every controller a test made stops renewing its leases when the test ends."""
+    yield
+    while _made:
+        _made.pop().close()
 
 
 def _controller(
@@ -24,7 +35,7 @@ def _controller(
         i = next(counter)
         return f"ex{i}", [1, 2, i % 50 + 3], {"kind": "math", "answer": str(i)}
 
-    return Controller(
+    controller = Controller(
         next_prompt,
         prompts=transport.queue("prompts"),
         rollouts=transport.queue("rollouts"),
@@ -32,6 +43,8 @@ def _controller(
         staleness=StalenessSection(max_staleness=k, pull_every=1),
         algorithm=AlgorithmSection(dynamic_sampling=dynamic),
     )
+    _made.append(controller)
+    return controller
 
 
 def _answer(transport: InProcTransport, version: int, rewards=(1.0, 0.0), only=None) -> list[str]:
@@ -215,7 +228,8 @@ def test_a_restarted_trainer_never_reuses_the_ids_of_groups_its_predecessor_issu
     dead.next_batch(0, timeout_s=5)  # trained after the checkpoint: held, never acked
     dead.issue(version=1)
     _answer(transport, version=1)
-    time.sleep(0.3)  # it is killed: its leases run out
+    dead.close()  # it is killed: no longer renewed, its leases run out
+    time.sleep(0.3)
     resumed = _controller(transport, k=0, per_step=2, lease_s=0.1)
     resumed.restore(state)
 
@@ -232,6 +246,8 @@ def test_a_restarted_trainer_never_reuses_the_ids_of_groups_its_predecessor_issu
 
 
 def test_trained_rollouts_stay_leased_while_renewed() -> None:
+    """Held rollouts stay leased through a training step three leases long (their
+    leases renewed from the controller's thread), and go back once it stops renewing."""
     transport = InProcTransport()
     controller = _controller(transport, k=0, per_step=2, lease_s=0.6)
     for version in (0, 1):  # two steps: four groups held until a checkpoint
@@ -240,16 +256,13 @@ def test_trained_rollouts_stay_leased_while_renewed() -> None:
         assert len(controller.next_batch(version, timeout_s=5)) == 2
     assert len(controller.held) == 4
     rollouts = transport.queue("rollouts")
-    calls, deadline = 0, time.monotonic() + 2.0  # over three lease lengths
-    while time.monotonic() < deadline:
-        controller.renew_leases()
-        calls += 1
-        assert rollouts.get(0.6, timeout=0) is None  # nothing expired and came back
-        time.sleep(0.02)
-    assert calls > 50
-    assert all(lease.seconds_left() > 0.2 for lease in controller.held.values())
-    controller.acknowledge_trained()
-    assert controller.held == {} and rollouts.stats().leased == 0
+    time.sleep(1.8)  # a long step: nothing of the controller's runs
+    assert rollouts.get(0.6, timeout=0) is None  # nothing expired and came back
+    assert rollouts.stats().leased == 4
+    controller.acknowledge_trained(sorted(controller.held)[:2])
+    assert len(controller.held) == 2 and rollouts.stats().leased == 2
+    controller.close()  # the trainer is gone: the rest come back within a lease
+    assert rollouts.get(0.6, timeout=2.0) is not None
 
 
 def test_unjudged_completions_are_left_out_and_an_unjudged_group_is_replaced() -> None:

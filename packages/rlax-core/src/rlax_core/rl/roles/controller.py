@@ -17,9 +17,11 @@ Accounting, the rules that keep an asynchronous run honest:
   training is written (:meth:`acknowledge_trained`); groups in flight are part of the
   checkpoint and re-issued on resume (the queues drop duplicates by id).
 * **Short leases, renewed.** The trainer holds rollouts under leases of
-  ``rollout.lease_s`` and renews those with less than half of it left, every step and
-  while it waits for a batch. A trainer that is killed loses its leases within
-  ``lease_s``, so its successor gets those rollouts back promptly. A held group delivered
+  ``rollout.lease_s``, renewed from a thread once half of each has gone
+  (a :class:`~rlax_core.rl.roles.lease_keeper.LeaseKeeper`), however long a training
+  step, a first compile or a checkpoint takes. A trainer that is killed loses its
+  leases within ``lease_s``, so its successor gets those rollouts back promptly. A held
+  group delivered
   again (its lease ran out, or the transport server restarted and forgot the leases) is
   held under the new delivery instead of being acked: until a checkpoint covers it, it
   must stay in the queue.
@@ -31,7 +33,6 @@ Accounting, the rules that keep an asynchronous run honest:
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from rlax_core.config.sections import AlgorithmSection, RolloutSection, Stalenes
 from rlax_core.contracts.queue import Queue
 from rlax_core.errors import LeaseExpiredError, RlaxError
 from rlax_core.rl.algorithms.batch import has_signal
+from rlax_core.rl.roles.lease_keeper import LeaseKeeper
 from rlax_core.types.lease import Lease
 from rlax_core.types.rollout import PromptGroup, RolloutGroup
 
@@ -74,7 +76,6 @@ class Accounting:
 @dataclass
 class _Waiting:
     group: RolloutGroup
-    lease: Lease
     prompt: PromptGroup  # what was issued, to re-issue it on resume
 
 
@@ -113,11 +114,12 @@ class Controller:
         self.outstanding: dict[str, PromptGroup] = {}  # issued, not yet arrived
         self.waiting: dict[str, _Waiting] = {}  # arrived, not yet trained
         self.trained_ids: set[str] = set()
-        self.held: dict[str, Lease] = {}  # trained, acked after the next checkpoint
+        self.held: set[str] = set()  # trained, acked after the next checkpoint
+        # The leases of the waiting and held groups' rollouts, by group id.
+        self._leases = LeaseKeeper(rollouts, self._lease_s)
         self.accounting = Accounting()
         self._restored: set[str] = set()  # re-issued on resume, not yet arrived
         self._restored_deadline = 0.0
-        self._renew_at = math.inf  # (time.time) when the first lease we hold needs renewing
 
     @property
     def in_flight(self) -> int:
@@ -179,22 +181,17 @@ class Controller:
                     f"{self._per_step} rollout groups arrived ({len(self.outstanding)} "
                     "outstanding); are the inference workers running?"
                 )
-            self.renew_leases()
             lease = self._rollouts.get(self._lease_s, timeout=0.2)
             if lease is not None:
                 self._receive(lease, version)
 
     def _receive(self, lease: Lease, version: int) -> None:
-        self._renew_at = min(self._renew_at, self._renewal_due(lease))
         group = RolloutGroup.from_bytes(lease.payload)
         gid = group.group_id
         if gid in self.held or gid in self.waiting:
             # Our lease on it ended; keep the copy under the new lease (see the module doc).
             self.accounting.duplicates += 1
-            if gid in self.held:
-                self.held[gid] = lease
-            else:
-                self.waiting[gid].lease = lease
+            self._leases.hold(gid, lease)
             return
         if gid in self.trained_ids or gid not in self.outstanding:
             self.accounting.duplicates += 1
@@ -215,22 +212,23 @@ class Controller:
             self.accounting.dropped_no_signal += 1
             self._ack(lease)
             return
-        self.waiting[gid] = _Waiting(group, lease, prompt)
+        self.waiting[gid] = _Waiting(group, prompt)
+        self._leases.hold(gid, lease)
 
     def _drop_stale(self, version: int) -> None:
         for gid in [
             g for g, w in self.waiting.items() if version - w.group.policy_version > self._k
         ]:
             self.accounting.dropped_stale += 1
-            self._ack(self.waiting.pop(gid).lease)
+            del self.waiting[gid]
+            self._ack(self._leases.release(gid))
 
     def _take(self, version: int) -> list[RolloutGroup]:
         chosen = sorted(self.waiting)[: self._per_step]  # issue order: deterministic batches
         batch = []
         for gid in chosen:
-            waiting = self.waiting.pop(gid)
-            batch.append(waiting.group)
-            self.held[gid] = waiting.lease
+            batch.append(self.waiting.pop(gid).group)
+            self.held.add(gid)
             self.trained_ids.add(gid)
         self.accounting.trained += len(batch)
         return batch
@@ -258,30 +256,6 @@ class Controller:
             metrics["groups/awaiting_verification"] = float(waiting.ready + waiting.leased)
         return metrics
 
-    def renew_leases(self) -> None:
-        """Renews the held and waiting rollouts' leases that have under half their time left.
-
-        Only those: most calls then cost no round trip, and until the first of them is
-        due, not even a look at the leases. Call it more often than every
-        ``rollout.lease_s / 2`` seconds (every step, and the batch wait does).
-        """
-        if time.time() < self._renew_at:
-            return
-        renew_at = math.inf
-        for gid, lease in self.held.items():
-            if lease.seconds_left() < self._lease_s / 2:
-                lease = self.held[gid] = self._extend(lease)
-            renew_at = min(renew_at, self._renewal_due(lease))
-        for waiting in self.waiting.values():
-            if waiting.lease.seconds_left() < self._lease_s / 2:
-                waiting.lease = self._extend(waiting.lease)
-            renew_at = min(renew_at, self._renewal_due(waiting.lease))
-        self._renew_at = renew_at
-
-    def _renewal_due(self, lease: Lease) -> float:
-        """When ``lease`` has half its time left (time.time)."""
-        return lease.expires_at - self._lease_s / 2
-
     def acknowledge_trained(self, group_ids: Collection[str] | None = None) -> None:
         """Acks trained rollouts; call only once a committed checkpoint includes them.
 
@@ -289,10 +263,15 @@ class Controller:
             group_ids: the groups that checkpoint covers (those held when it was
                 saved); None: every group held now.
         """
-        for gid in list(self.held) if group_ids is None else group_ids:
-            lease = self.held.pop(gid, None)
-            if lease is not None:
-                self._ack(lease)
+        for gid in sorted(self.held) if group_ids is None else group_ids:
+            if gid in self.held:
+                self.held.remove(gid)
+                self._ack(self._leases.release(gid))
+
+    def close(self) -> None:
+        """Stops renewing the leases held (the rollouts come back to the queue as they
+        run out, for a successor that resumes from the last checkpoint)."""
+        self._leases.close()
 
     def state(self) -> dict:
         """The controller's part of a checkpoint (JSON)."""
@@ -363,9 +342,3 @@ class Controller:
         # An expired lease is redelivered later, and dropped then as a duplicate.
         with contextlib.suppress(LeaseExpiredError):
             self._rollouts.ack(lease)
-
-    def _extend(self, lease: Lease) -> Lease:
-        try:
-            return self._rollouts.extend(lease, self._lease_s)
-        except LeaseExpiredError:
-            return lease

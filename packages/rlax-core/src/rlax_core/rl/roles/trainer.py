@@ -213,7 +213,6 @@ class TrainerRun:
         self.step += 1
         self.version += 1
         host = self._publish()
-        self.duties.after_publish()
         every = self.config.eval.every_steps
         if self.step == self.config.trainer.total_steps or (every and self.step % every == 0):
             metrics.update(self._evaluate(host))

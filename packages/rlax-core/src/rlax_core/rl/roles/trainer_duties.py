@@ -70,10 +70,6 @@ class TrainerDuties(ABC):
         """Metrics of the batch that the controller alone knows (staleness)."""
 
     @abstractmethod
-    def after_publish(self) -> None:
-        """Work due after each published version (renewing the held leases)."""
-
-    @abstractmethod
     def evaluate(self, policy: Callable[[], Qwen]) -> dict[str, float]:
         """Evaluation metrics of the policy ``policy()`` builds (called only if evaluating)."""
 
@@ -107,7 +103,7 @@ class TrainerDuties(ABC):
 
     @abstractmethod
     def close(self) -> None:
-        """Closes the metrics writers and the judge."""
+        """Closes the metrics writers and the judge, and stops renewing leases."""
 
 
 class LeaderDuties(TrainerDuties):
@@ -215,9 +211,6 @@ class LeaderDuties(TrainerDuties):
     def batch_metrics(self, groups: list[RolloutGroup], version: int) -> dict[str, float]:
         return self.controller.staleness_metrics(groups, version)
 
-    def after_publish(self) -> None:
-        self.controller.renew_leases()
-
     def evaluate(self, policy: Callable[[], Qwen]) -> dict[str, float]:
         if self.evaluator is None:
             return {}
@@ -245,7 +238,7 @@ class LeaderDuties(TrainerDuties):
         write_status(self._run_dir, name, {"role": "trainer", **fields})
 
     def checkpoint_state(self, step: int) -> dict[str, Any]:
-        self._covered[step] = list(self.controller.held)
+        self._covered[step] = sorted(self.controller.held)
         return {"mixture": self.mixture.state(), "controller": self.controller.state()}
 
     def restore(self, meta: Mapping[str, Any]) -> None:
@@ -267,6 +260,7 @@ class LeaderDuties(TrainerDuties):
                 (final / name).write_bytes(source.read_bytes())
 
     def close(self) -> None:
+        self.controller.close()
         self.metrics.close()
         self.judge.close()  # its worker processes or sandbox pool
 
@@ -288,9 +282,6 @@ class FollowerDuties(TrainerDuties):
 
     def batch_metrics(self, groups: list[RolloutGroup], version: int) -> dict[str, float]:
         return {}
-
-    def after_publish(self) -> None:
-        return None
 
     def evaluate(self, policy: Callable[[], Qwen]) -> dict[str, float]:
         return {}
