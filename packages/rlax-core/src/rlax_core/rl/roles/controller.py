@@ -21,10 +21,9 @@ Accounting, the rules that keep an asynchronous run honest:
   (a :class:`~rlax_core.rl.roles.lease_keeper.LeaseKeeper`), however long a training
   step, a first compile or a checkpoint takes. A trainer that is killed loses its
   leases within ``lease_s``, so its successor gets those rollouts back promptly. A held
-  group delivered
-  again (its lease ran out, or the transport server restarted and forgot the leases) is
-  held under the new delivery instead of being acked: until a checkpoint covers it, it
-  must stay in the queue.
+  group delivered again (its lease ran out, or the transport server restarted and
+  forgot the leases) is held under the new delivery instead of being acked: until a
+  checkpoint covers it, it must stay in the queue.
 * **Ids never reused.** A group id carries the version it was issued at, so a trainer
   restarted from a checkpoint never reissues, as new, an id its predecessor used after
   that checkpoint.
