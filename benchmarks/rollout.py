@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,7 +61,7 @@ import numpy as np
 
 from benchmarks import _hf_reference, side_engine, side_python
 from benchmarks.generate import CONFIGS
-from rlax_core.bench import Bench, chosen_counts, chosen_parts
+from rlax_core.bench import Bench, chosen_counts, chosen_parts, taking_turns
 from rlax_core.generate import Sampler, SamplingParams
 from rlax_core.generate.buckets import bucket_length
 from rlax_core.generate.paged import Engine, SchedulerStats
@@ -90,7 +89,7 @@ def _kv_bytes_per_token(config: QwenConfig) -> int:
 
 class _StaticRun:
     """Today's static sampler over the workload in batches of ``batch`` completions,
-    every shape compiled at construction; a call generates it all once, in seconds."""
+    every shape compiled at construction; a call generates it all once."""
 
     def __init__(self, model, prompts: list[list[int]], budgets: list[int], batch: int) -> None:
         self._sampler = sampler = Sampler(model)
@@ -109,17 +108,15 @@ class _StaticRun:
         most = max(padded * SAMPLES * (width + m) for _, m in self._batches)
         self.kv_bytes = most * _kv_bytes_per_token(model.config)  # the largest batch's cache
 
-    def __call__(self) -> float:
-        started = time.perf_counter()
+    def __call__(self) -> None:
         for group_prompts, longest in self._batches:
             params = SamplingParams(max_new_tokens=longest, temperature=1.0)
             self._sampler.generate(group_prompts, params, seed=0, samples_per_prompt=SAMPLES)
-        return time.perf_counter() - started
 
 
 class _EngineRun:
     """The engine over the workload, every shape compiled at construction; a call
-    generates it all once, in seconds, and leaves that call's counters in :meth:`notes`.
+    generates it all once and leaves that call's counters in :meth:`notes`.
     ``contiguous``: its contiguous bursts on or off."""
 
     def __init__(
@@ -137,15 +134,13 @@ class _EngineRun:
         self._params = SamplingParams(max_new_tokens=cap, temperature=1.0)
         self.engine.warm_up()
 
-    def __call__(self) -> float:
+    def __call__(self) -> None:
         engine = self.engine
         engine.launches_by_rows.clear()
         engine.bursts_by_width.clear()
         engine.scheduler.stats = SchedulerStats()
-        started = time.perf_counter()
         engine.generate(self._prompts, self._params, seed=0, samples_per_prompt=SAMPLES,
                         budgets=self._budgets)  # fmt: skip
-        return time.perf_counter() - started
 
     @property
     def kv_bytes(self) -> int:
@@ -156,8 +151,7 @@ class _EngineRun:
         """The last call's counters: steps, launches by decode rows and bursts by
         contiguous width, preemptions, slot occupancy, and the copies' peak bytes."""
         engine, stats = self.engine, self.engine.scheduler.stats
-        block_bytes = engine.block_size * _kv_bytes_per_token(engine.config)
-        apart = engine.pool.peak_used * block_bytes + engine.peak_contiguous_bytes
+        apart = engine.pool.peak_used * engine.block_bytes + engine.peak_contiguous_bytes
         return {"engine_steps": stats.steps, "engine_launches": stats.launches,
                 "preemptions": stats.preemptions,
                 "slot_occupancy": stats.busy_slot_steps / (stats.steps * engine.slots),
@@ -165,16 +159,6 @@ class _EngineRun:
                 "bursts_by_contiguous_width": dict(sorted(engine.bursts_by_width.items())),
                 "peak_contiguous_copy_bytes": engine.peak_contiguous_bytes,
                 "peak_pool_and_largest_copy_bytes": apart}  # fmt: skip
-
-
-def _rounds(runs: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
-    """Each run's seconds over ``rounds`` rounds, the runs taking turns within a round,
-    so that the machine's noise falls on every side alike."""
-    seconds: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
-            seconds[name].append(run())
-    return seconds
 
 
 def prompt_count(quick: bool) -> int:
@@ -222,14 +206,14 @@ def run(bench: Bench) -> None:
                 bench.notes[f"{workload}, vLLM"] = {k: v for k, v in vllm.items() if k != "seconds"}
             for slots in slot_counts:
                 label = f"{workload}, {slots} slots"
-                runs: dict[str, Callable[[], float]] = {
+                runs: dict[str, Callable[[], None]] = {
                     "engine": (ours := _EngineRun(model, prompts, budgets, slots))
                 }
                 if "static" in baselines:
                     runs["static"] = static = _StaticRun(model, prompts, budgets, slots)
                 if "paged" in baselines:
                     runs["paged"] = _EngineRun(model, prompts, budgets, slots, contiguous=False)
-                seconds = _rounds(runs, rounds)
+                seconds = taking_turns(runs, rounds)
                 bench.notes[label] = {**ours.notes(), "seconds_by_round": seconds}
                 median = {name: statistics.median(times) for name, times in seconds.items()}
                 # (the row's name after "useful tokens/s", the baseline, its seconds)

@@ -7,7 +7,13 @@ and the report gives their ratio: shared machines are noisy, so only same-run ra
 compare.
 """
 
-from rlax_core.bench.measure import Bench, Comparison, chosen_counts, chosen_parts
+from rlax_core.bench.measure import (
+    Bench,
+    Comparison,
+    chosen_counts,
+    chosen_parts,
+    taking_turns,
+)
 from rlax_core.bench.runner import find_benchmarks_dir, list_suites, run_suite
 
 __all__ = [
@@ -18,4 +24,5 @@ __all__ = [
     "find_benchmarks_dir",
     "list_suites",
     "run_suite",
+    "taking_turns",
 ]

@@ -82,14 +82,9 @@ class Bench:
             work: amount of work one call does (bytes, items); if given, the figures are
                 throughputs in ``work_unit``/s, else seconds per call.
         """
-        for _ in range(warmup):
-            subject()
-            baseline()
-        s_times: list[float] = []
-        b_times: list[float] = []
-        for _ in range(1 if self.quick else repeats):
-            s_times.append(_timed(subject))
-            b_times.append(_timed(baseline))
+        taken = taking_turns({"subject": subject, "baseline": baseline},
+                             1 if self.quick else repeats, warmup=warmup)  # fmt: skip
+        s_times, b_times = taken["subject"], taken["baseline"]
         if work is None:
             comparison = Comparison(
                 name, "s", False, subject_label, baseline_label,
@@ -154,6 +149,22 @@ def chosen_counts(
         raise ConfigError(f"{variable}={chosen!r}: give {kind}, comma separated (e.g. "
                           f"{','.join(map(str, default))})")  # fmt: skip
     return counts
+
+
+def taking_turns(
+    runs: dict[str, Callable[[], Any]], rounds: int, *, warmup: int = 0
+) -> dict[str, list[float]]:
+    """Each run's seconds over ``rounds`` rounds (after ``warmup`` untimed ones), the
+    runs taking turns within a round, so that the machine's noise falls on every side
+    alike."""
+    for _ in range(warmup):
+        for run in runs.values():
+            run()
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            seconds[name].append(_timed(run))
+    return seconds
 
 
 def _timed(fn: Callable[[], Any]) -> float:

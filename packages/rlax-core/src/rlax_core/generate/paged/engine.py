@@ -138,7 +138,7 @@ class Engine:
         shape = (self.pool.num_blocks, c.num_kv_heads, block_size, c.head_dim)
         self._kv = [(jnp.zeros(shape, c.dtype), jnp.zeros(shape, c.dtype))
                     for _ in range(c.num_layers)]  # fmt: skip
-        self._block_bytes = self.kv_bytes // self.pool.num_blocks  # all layers' keys, values
+        self.block_bytes = self.kv_bytes // self.pool.num_blocks  # one block, every layer
         self._knobs = (np.float32(1.0), np.int32(0), np.float32(1.0))
         self.version = 0  # the policy version of the weights, recorded with every token
         self.decode_burst = decode_burst
@@ -353,9 +353,9 @@ class Engine:
         policy log-prob) of each decode step it ran."""
         rows = self.slots if plan.prefill else self._rows(len(plan.decode))
         width = self._contiguous_width(plan, rows) if plan.steps > 1 else 0
-        copied = rows * width * self._block_bytes
+        copied = rows * width * self.block_bytes
         self.peak_contiguous_bytes = max(self.peak_contiguous_bytes, copied)
-        self.peak_kv_bytes = max(self.peak_kv_bytes, self.pool.used * self._block_bytes + copied)
+        self.peak_kv_bytes = max(self.peak_kv_bytes, self.pool.used * self.block_bytes + copied)
         if plan.steps > 1:
             return self._run_burst(plan, rows, width)
         return self._run_step(plan, rows)
