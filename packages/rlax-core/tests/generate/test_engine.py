@@ -217,6 +217,29 @@ def test_new_weights_need_no_compilation(model, engine: Engine) -> None:
     assert engine.compilations == compiled
 
 
+def test_input_major_weights_sample_what_the_stored_layout_samples(model) -> None:
+    """On a CPU the engine holds the decoder layers' linear weights transposed (its dots
+    read them faster so); they sample what the checkpoint's layout samples, and weights
+    set by name in that layout are transposed on the way in."""
+    made = dict(slots=4, block_size=4, max_sequence_tokens=64, prefill_chunk=8)
+    transposed, stored = Engine(model, **made), Engine(model, **made, input_major=False)
+    up = (CONFIG.hidden_size, CONFIG.intermediate_size)  # gate_proj's and up_proj's (in, out)
+    layers = CONFIG.num_layers
+    assert [a.shape for a in transposed._weights.leaves].count(up) == 2 * layers
+    assert [a.shape for a in stored._weights.leaves].count(up) == layers  # down_proj's
+    doubled = {n: np.asarray(a) * 2 for n, a in flat_params(model).items()}
+    for engine in (transposed, stored):
+        engine.set_params(doubled)
+    ours = transposed.generate(PROMPTS, PARAMS, seed=3, samples_per_prompt=2)
+    theirs = stored.generate(PROMPTS, PARAMS, seed=3, samples_per_prompt=2)
+    assert ours.tokens == theirs.tokens
+    for a, b in zip(ours.policy_logprobs, theirs.policy_logprobs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-5)
+    name = "model.layers.0.mlp.up_proj.weight"
+    with pytest.raises(ValueError, match="the model needs"):  # given transposed: refused
+        transposed.set_params({**doubled, name: doubled[name].T})
+
+
 def test_bad_requests_are_refused(engine: Engine) -> None:
     with pytest.raises(ValueError, match="at least one token"):
         engine.generate([[1], []], PARAMS, seed=0)

@@ -25,7 +25,7 @@ def flat_params(model: nnx.Module) -> dict[str, jax.Array]:
 def params_by_name(state: nnx.State) -> dict[str, jax.Array]:
     """name → array of a model's parameter state (``nnx.split(model, nnx.Param)``), sorted."""
     leaves, _ = jax.tree_util.tree_flatten_with_path(state)
-    return dict(sorted((_param_name(path), array) for path, array in leaves))
+    return dict(sorted((param_name(path), array) for path, array in leaves))
 
 
 def param_shapes(config: QwenConfig) -> dict[str, jax.ShapeDtypeStruct]:
@@ -49,7 +49,7 @@ def build_model(
     pure = nnx.to_pure_dict(state)
 
     def fill(path: tuple, spec: jax.ShapeDtypeStruct) -> jax.Array:
-        name = _param_name(path)
+        name = param_name(path)
         return make_array(name, spec, _sharding(mesh, name, spec.shape))
 
     nnx.replace_by_pure_dict(state, jax.tree_util.tree_map_with_path(fill, pure))
@@ -107,7 +107,7 @@ def with_params(
     leaves, treedef = jax.tree_util.tree_flatten_with_path(state)
     values = []
     for path, current in leaves:
-        name = _param_name(path)
+        name = param_name(path)
         value = params[name]
         if tuple(value.shape) != tuple(current.shape):
             raise ValueError(
@@ -130,7 +130,7 @@ def host_model(config: QwenConfig, params: Mapping[str, np.ndarray]) -> Qwen:
     return build_model(config, make)
 
 
-def _param_name(path: tuple) -> str:
+def param_name(path: tuple) -> str:
     """The flat name (``model.layers.0.mlp.up_proj.weight``) of a state leaf's key path."""
     keys = (k for k in path if not isinstance(k, jax.tree_util.GetAttrKey))  # Variable.value
     return ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in keys)

@@ -63,9 +63,9 @@ from rlax_core.generate.paged.scheduler import (
     Scheduler,
     StepPlan,
 )
+from rlax_core.generate.paged.weights import EngineWeights, input_major_by_default
 from rlax_core.generate.sampler import Completions, check_request, completion_seeds
 from rlax_core.models.logprobs import policy_log_softmax
-from rlax_core.models.params import with_params
 from rlax_core.models.qwen import Qwen
 from rlax_core.models.qwen.layers import rope_tables
 
@@ -97,6 +97,9 @@ class Engine:
             contiguous copy of their blocks, gathered once per burst, instead of the
             pool through ``attention`` (False: every step calls ``attention``, as a
             kernel that reads the pool directly would want).
+        input_major: hold the decoder layers' linear weights transposed, as a CPU's dot
+            reads them fastest (None: on a CPU; see
+            :mod:`rlax_core.generate.paged.weights`).
     """
 
     def __init__(
@@ -113,12 +116,14 @@ class Engine:
         attention: PagedAttention = paged_attention,
         top_logprobs: int = 0,
         contiguous_bursts: bool = True,
+        input_major: bool | None = None,
     ) -> None:
         if decode_burst < 1:
             raise ValueError(f"decode_burst must be at least 1, got {decode_burst}")
         self.config = model.config
-        self._graphdef, state = nnx.split(model)
-        self._use(state)
+        if input_major is None:
+            input_major = input_major_by_default()
+        self._weights = EngineWeights(model, input_major=input_major)
         self.slots = slots
         self.block_size = block_size
         self.max_blocks = -(-max_sequence_tokens // block_size)
@@ -170,16 +175,10 @@ class Engine:
         each new token's record (unchanged if None).
         """
         graphdef, state = nnx.split(model)
-        if graphdef != self._graphdef:
+        if graphdef != self._weights.structure:
             raise ValueError("set_model needs a model with the engine's structure")
-        self._use(state)
+        self._weights.use(state)
         self.version = self.version if version is None else version
-
-    def _use(self, state: nnx.State) -> None:
-        # The step takes the weights as a flat list: flattening an nnx.State is Python
-        # work that would otherwise be paid on every step.
-        self._state = state
-        self._leaves, self._treedef = jax.tree.flatten(state)
 
     def set_params(
         self,
@@ -190,7 +189,7 @@ class Engine:
     ) -> None:
         """Samples with these weights (name → array) from the next step on, as
         :meth:`set_model` does; ``in_place`` as :meth:`Sampler.set_params`."""
-        self._use(with_params(self._state, params, in_place=in_place))
+        self._weights.set_params(params, in_place=in_place)
         self.version = self.version if version is None else version
 
     def recompute(self) -> int:
@@ -399,7 +398,7 @@ class Engine:
         if plan.copies:
             copies[: len(plan.copies)] = plan.copies
         self._kv, *out = self._step(
-            self._leaves, self._kv, tokens, positions, write_blocks, write_offsets,
+            self._weights.leaves, self._kv, tokens, positions, write_blocks, write_offsets,
             decode_tables, chunk_table, in_table, starts, copies, seeds, indices, *self._knobs,
         )  # fmt: skip
         sampled, behaviour, policy, *top = jax.device_get(out)
@@ -432,8 +431,8 @@ class Engine:
         if plan.copies:
             copies[: len(plan.copies)] = plan.copies
         self._kv, *out = self._burst(
-            self._leaves, self._kv, tokens, positions, tables, tables[:, :width], copies, seeds,
-            indices, left, stops, np.bool_(plan.until_finish), *self._knobs,
+            self._weights.leaves, self._kv, tokens, positions, tables, tables[:, :width], copies,
+            seeds, indices, left, stops, np.bool_(plan.until_finish), *self._knobs,
         )  # fmt: skip
         ran, *steps = jax.device_get(out)
         return [list(zip(*(a[:ran, i] for a in steps), strict=True))
@@ -461,7 +460,7 @@ class Engine:
         """One step: block copies, then every token's keys written and attended to;
         the decode rows' next tokens sampled."""
         self._traces += 1  # runs once per trace: counts compilations
-        model = nnx.merge(self._graphdef, jax.tree.unflatten(self._treedef, leaves))
+        model = self._weights.model(leaves)
         kv = _copy_blocks(kv, copies)
         kv, logits = self._forward(model, kv, tokens, positions, write_blocks, write_offsets,
                                    decode_tables, (chunk_table, in_table, starts))  # fmt: skip
@@ -493,7 +492,7 @@ class Engine:
         that the burst's steps read and extend (no columns: they read the pool). Returns
         the steps run and, per step and row, the token and its log-probabilities."""
         self._traces += 1
-        model = nnx.merge(self._graphdef, jax.tree.unflatten(self._treedef, leaves))
+        model = self._weights.model(leaves)
         kv = _copy_blocks(kv, copies)
         contiguous = [tuple(gather_contiguous(pool, copy_tables) for pool in layer) for layer in kv]
         steps, slots, size = self.decode_burst, tokens.shape[0], self.block_size

@@ -19,7 +19,12 @@ from rlax_core.models.qwen.sequence_attention import attend_causal
 
 
 class Linear(nnx.Module):
-    """``y = x W^T + b`` with ``W`` of shape (out, in), as in PyTorch."""
+    """``y = x W^T + b`` with ``W`` of shape (out, in), as in PyTorch.
+
+    ``input_major``: ``W`` is held transposed, (in, out), the layout in which a product
+    of few rows reads it fastest on a CPU (see
+    :mod:`rlax_core.generate.paged.weights`); the arithmetic is the same.
+    """
 
     def __init__(
         self, in_features: int, out_features: int, *, bias: bool, config: QwenConfig, rngs: nnx.Rngs
@@ -32,13 +37,14 @@ class Linear(nnx.Module):
         )
         self.bias = nnx.Param(jnp.zeros((out_features,), config.param_dtype)) if bias else None
         self.dtype = config.dtype
+        self.input_major = False
 
     def __call__(self, x: jax.Array) -> jax.Array:
         # Products of ``dtype`` operands summed in fp32, one rounding to ``dtype`` at the
         # end: a sampler's one-token step and a trainer's whole-sequence pass then differ
         # only in accumulation order, not in how often partial sums are rounded.
         y = jnp.einsum(
-            "...i,oi->...o",
+            "...i,io->...o" if self.input_major else "...i,oi->...o",
             x.astype(self.dtype),
             self.weight[...].astype(self.dtype),
             preferred_element_type=jnp.float32,
