@@ -28,6 +28,9 @@ Per workload and number of slots (16 and 64):
 * the same useful tokens/s beside the engine with contiguous bursts off
   (``contiguous_bursts=False``: every decode step reads the pool through the block
   tables), in the same run: what the contiguous copies gain or cost on each workload;
+  and beside the engine with its weights in the checkpoints' layout
+  (``input_major=False``, :mod:`rlax_core.generate.paged.weights`): what holding them
+  input-major gains on this machine;
 * the KV cache's peak bytes: the most the engine held at once, its pool's blocks in use
   during a call and the contiguous copy that call gathered (the pool's peak and the
   largest copy, counted as if they met, are in the notes), beside the static sampler's
@@ -40,13 +43,13 @@ slots take the longest: each batch runs to its longest completion).
 vLLM's own number of sequences in flight, against which the engine runs at 16 and 64).
 ``RLAX_BENCH_ROLLOUT_WORKLOADS`` runs one of the workloads (``long-tailed`` or ``equal``).
 ``RLAX_BENCH_ROLLOUT_ROUNDS`` runs the engine and the baselines in this process (the
-static sampler, the engine reading the pool) that many times each, taking turns, and
-records each side's median (every round's seconds are in the notes); the side venvs'
-engines run once, against the engine's median.
+static sampler, the engine reading the pool or with stored weights) that many times
+each, taking turns, and records each side's median (every round's seconds are in the
+notes); the side venvs' engines run once, against the engine's median.
 ``RLAX_BENCH_ROLLOUT_BASELINES`` runs some of the baselines (``static``, ``vllm``,
-``vllm-slots``, ``transformers``, ``paged``; e.g. ``static,vllm``), beside the engine in
-the same run: the whole table at 256 prompts takes hours here, and a ratio needs both
-sides of one run.
+``vllm-slots``, ``transformers``, ``paged``, ``stored``; e.g. ``static,vllm``), beside
+the engine in the same run: the whole table at 256 prompts takes hours here, and a
+ratio needs both sides of one run.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ PROMPT_TOKENS = 32
 # vLLM is installed only in its side venv, so this interpreter cannot import the module:
 # it is named, and run there.
 VLLM_MODULE = "benchmarks._vllm_generate"
-BASELINES = ("static", "vllm", "vllm-slots", "transformers", "paged")
+BASELINES = ("static", "vllm", "vllm-slots", "transformers", "paged", "stored")
 WORKLOADS = ("long-tailed", "equal")
 
 
@@ -117,11 +120,12 @@ class _StaticRun:
 class _EngineRun:
     """The engine over the workload, every shape compiled at construction; a call
     generates it all once and leaves that call's counters in :meth:`notes`.
-    ``contiguous``: its contiguous bursts on or off."""
+    ``contiguous``: its contiguous bursts on or off; ``input_major``: its weights'
+    layout (None: the engine's default)."""
 
     def __init__(
         self, model, prompts: list[list[int]], budgets: list[int], slots: int,
-        *, contiguous: bool = True,
+        *, contiguous: bool = True, input_major: bool | None = None,
     ) -> None:  # fmt: skip
         self._prompts, self._budgets, cap = prompts, budgets, max(budgets)
         longest = PROMPT_TOKENS + cap
@@ -130,7 +134,7 @@ class _EngineRun:
         kv_tokens = slots * (min(longest, 512) + PROMPT_TOKENS)
         self.engine = Engine(model, slots=slots, block_size=16, max_sequence_tokens=longest,
                              kv_tokens=kv_tokens, prefill_chunk=128,
-                             contiguous_bursts=contiguous)  # fmt: skip
+                             contiguous_bursts=contiguous, input_major=input_major)  # fmt: skip
         self._params = SamplingParams(max_new_tokens=cap, temperature=1.0)
         self.engine.warm_up()
 
@@ -177,7 +181,7 @@ def run(bench: Bench) -> None:
     baselines = chosen_parts("RLAX_BENCH_ROLLOUT_BASELINES", BASELINES)
     rounds = chosen_counts("RLAX_BENCH_ROLLOUT_ROUNDS", (1,))[0]
     if quick:  # no side venvs
-        baselines &= {"static", "paged"}
+        baselines &= {"static", "paged", "stored"}
     torch_python = side_python("torch-venv.sh") if "transformers" in baselines else None
     vllm_python = side_python("vllm-venv.sh") if baselines & {"vllm", "vllm-slots"} else None
     rng = np.random.default_rng(1)
@@ -213,6 +217,8 @@ def run(bench: Bench) -> None:
                     runs["static"] = static = _StaticRun(model, prompts, budgets, slots)
                 if "paged" in baselines:
                     runs["paged"] = _EngineRun(model, prompts, budgets, slots, contiguous=False)
+                if "stored" in baselines:
+                    runs["stored"] = _EngineRun(model, prompts, budgets, slots, input_major=False)
                 seconds = taking_turns(runs, rounds)
                 bench.notes[label] = {**ours.notes(), "seconds_by_round": seconds}
                 median = {name: statistics.median(times) for name, times in seconds.items()}
@@ -237,6 +243,9 @@ def run(bench: Bench) -> None:
                 if "paged" in baselines:
                     rows.append((" vs paged reads", "the engine, contiguous bursts off",
                                  median["paged"]))  # fmt: skip
+                if "stored" in baselines:
+                    rows.append((" vs stored layout", "the engine, weights as checkpoints hold"
+                                 " them", median["stored"]))  # fmt: skip
                 if torch_python is not None:
                     hf = side_engine(torch_python, _hf_reference, ["rollout"], checkpoint,
                                      {**job, "batch": slots})  # fmt: skip

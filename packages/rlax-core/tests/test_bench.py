@@ -162,7 +162,8 @@ def test_the_scale_suite_runs_quickly(tmp_path: Path) -> None:
 
 def test_the_rollout_suite_runs_quickly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`rlax bench rollout --quick`: the engine beside the static sampler and beside itself
-    with contiguous bursts off, both workloads, in two rounds whose medians are the rows."""
+    with contiguous bursts off and with its weights as stored, both workloads, in two
+    rounds whose medians are the rows."""
     monkeypatch.setenv("RLAX_BENCH_ROLLOUT_ROUNDS", "2")
     report = _quick_report("rollout", tmp_path)
     rows = {r["name"]: r for r in report["results"]}
@@ -171,13 +172,15 @@ def test_the_rollout_suite_runs_quickly(tmp_path: Path, monkeypatch: pytest.Monk
         assert speed["subject"] > 0 < speed["baseline"]
         paged = rows[f"{workload}, 4 slots: useful tokens/s vs paged reads"]
         assert paged["subject"] == speed["subject"] and paged["baseline"] > 0
+        stored = rows[f"{workload}, 4 slots: useful tokens/s vs stored layout"]
+        assert stored["subject"] == speed["subject"] and stored["baseline"] > 0
         kv = rows[f"{workload}, 4 slots: peak KV cache bytes"]
         assert kv["subject"] > 0 < kv["baseline"]
         notes = report["notes"][f"{workload}, 4 slots"]
         assert kv["subject"] <= notes["peak_pool_and_largest_copy_bytes"]  # held at once
         assert 0 < notes["slot_occupancy"] <= 1
         rounds = notes["seconds_by_round"]
-        assert sorted(rounds) == ["engine", "paged", "static"]
+        assert sorted(rounds) == ["engine", "paged", "static", "stored"]
         assert all(len(seconds) == 2 for seconds in rounds.values())
         useful = report["notes"][f"{workload} useful tokens"]
         assert speed["baseline"] == pytest.approx(useful / statistics.median(rounds["static"]))
@@ -187,7 +190,7 @@ def test_the_rollout_suite_runs_quickly(tmp_path: Path, monkeypatch: pytest.Monk
 @pytest.mark.parametrize(
     ("variable", "value", "listed"),
     [("RLAX_BENCH_ROLLOUT_BASELINES", "static,sglang",
-      "static, vllm, vllm-slots, transformers, paged"),
+      "static, vllm, vllm-slots, transformers, paged, stored"),
      ("RLAX_BENCH_ROLLOUT_WORKLOADS", "equal,sglang", "long-tailed, equal")],
 )  # fmt: skip
 def test_the_rollout_suite_names_an_unknown_part(
