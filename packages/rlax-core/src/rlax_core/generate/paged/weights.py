@@ -46,20 +46,16 @@ class EngineWeights:
 
     def __init__(self, model: Qwen, *, input_major: bool) -> None:
         self.structure, state = nnx.split(model)  # what set_model accepts
-        self.input_major = input_major
         engine_model = nnx.merge(self.structure, state)  # new modules, the same arrays
-        flagged = set()
-        if input_major:
-            for layer in engine_model.model.layers:
-                for _, module in nnx.iter_modules(layer):
-                    if isinstance(module, Linear):
-                        module.input_major = True
-                        flagged.add(id(module))
+        names = set()  # of the weights held transposed
+        for path, module in nnx.iter_modules(engine_model):
+            # The decoder layers' (the LM head, also a Linear, is read as it is stored).
+            if input_major and isinstance(module, Linear) and path[:2] == ("model", "layers"):
+                module.input_major = True
+                names.add(f"{param_name(path)}.weight")
         self.graphdef, _ = nnx.split(engine_model)
-        paths = {f"{param_name(path)}.weight" for path, module in nnx.iter_modules(engine_model)
-                 if id(module) in flagged}  # fmt: skip
         leaves, self._treedef = jax.tree_util.tree_flatten_with_path(state)
-        self._transposed = tuple(param_name(path) in paths for path, _ in leaves)
+        self._transposed = tuple(param_name(path) in names for path, _ in leaves)
         # Placing by name needs each weight's shape and sharding as checkpoints hold it.
         self._template = jax.tree.map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state
