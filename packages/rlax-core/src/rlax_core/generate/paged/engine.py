@@ -63,7 +63,7 @@ from rlax_core.generate.paged.scheduler import (
     Scheduler,
     StepPlan,
 )
-from rlax_core.generate.paged.weights import EngineWeights, input_major_by_default
+from rlax_core.generate.paged.weights import EngineWeights
 from rlax_core.generate.sampler import Completions, check_request, completion_seeds
 from rlax_core.models.logprobs import policy_log_softmax
 from rlax_core.models.qwen import Qwen
@@ -121,8 +121,6 @@ class Engine:
         if decode_burst < 1:
             raise ValueError(f"decode_burst must be at least 1, got {decode_burst}")
         self.config = model.config
-        if input_major is None:
-            input_major = input_major_by_default()
         self._weights = EngineWeights(model, input_major=input_major)
         self.slots = slots
         self.block_size = block_size

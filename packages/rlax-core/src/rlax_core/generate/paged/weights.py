@@ -29,11 +29,6 @@ from rlax_core.models.qwen import Qwen
 from rlax_core.models.qwen.layers import Linear
 
 
-def input_major_by_default() -> bool:
-    """Whether an engine holds its linear weights input-major where not told: on a CPU."""
-    return jax.default_backend() == "cpu"
-
-
 class EngineWeights:
     """A model's weights as an engine's jitted step takes them: a flat list of arrays
     (flattening an ``nnx.State`` is Python work a step would otherwise pay), with the
@@ -41,10 +36,13 @@ class EngineWeights:
 
     Args:
         model: the structure, and the first weights.
-        input_major: hold the decoder layers' linear weights as (in, out).
+        input_major: hold the decoder layers' linear weights as (in, out) (None: on a
+            CPU).
     """
 
-    def __init__(self, model: Qwen, *, input_major: bool) -> None:
+    def __init__(self, model: Qwen, *, input_major: bool | None = None) -> None:
+        if input_major is None:
+            input_major = jax.default_backend() == "cpu"
         self.structure, state = nnx.split(model)  # what set_model accepts
         engine_model = nnx.merge(self.structure, state)  # new modules, the same arrays
         names = set()  # of the weights held transposed
@@ -66,11 +64,9 @@ class EngineWeights:
 
     def use(self, state: nnx.State) -> None:
         """Samples with ``state``'s weights (a model's, as ``nnx.split`` gives them)."""
-        leaves = jax.tree.leaves(state)
-        moved = self._transpose([a for a, t in zip(leaves, self._transposed, strict=True) if t])
-        moved.reverse()
-        self.leaves = [moved.pop() if t else a
-                       for a, t in zip(leaves, self._transposed, strict=True)]  # fmt: skip
+        leaves = list(zip(jax.tree.leaves(state), self._transposed, strict=True))
+        moved = iter(self._transpose([a for a, transposed in leaves if transposed]))
+        self.leaves = [next(moved) if transposed else a for a, transposed in leaves]
 
     def set_params(
         self, params: Mapping[str, np.ndarray | jax.Array], *, in_place: bool = False
